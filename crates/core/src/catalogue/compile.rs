@@ -1,0 +1,546 @@
+//! Rule files → a validated, compiled catalogue. Every error names the file, the rule id and
+//! the field, on one line.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+
+use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use serde::Deserialize;
+
+use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile};
+use super::{Catalogue, HeaderSlot, HintExtractor, HintFrom, Rule};
+use crate::classification::{Class, Code};
+use crate::evidence::TransportKind;
+use crate::hint::HintFormat;
+
+/// The compiled size bound of one regex or of a regex set.
+const REGEX_SIZE_LIMIT: usize = 32 << 20;
+
+/// One rule file's text and the name errors should use for it.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The file name shown in errors (`rules/openai.toml`, a user's path).
+    pub name: String,
+    /// Its TOML text.
+    pub text: String,
+}
+
+impl Source {
+    /// A named source.
+    pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        Source {
+            name: name.into(),
+            text: text.into(),
+        }
+    }
+}
+
+/// A rule file that cannot be loaded. Nothing of a catalogue with an error is used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub struct CatalogueError {
+    /// The file.
+    pub file: String,
+    /// The rule id (or `#N` for a rule without a usable id), when the error is in a rule.
+    pub rule: Option<String>,
+    /// The field, when one is to blame.
+    pub field: Option<String>,
+    /// What is wrong, on one line.
+    pub message: String,
+}
+
+impl fmt::Display for CatalogueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(rule) = &self.rule {
+            write!(f, ": rule `{rule}`")?;
+        }
+        if let Some(field) = &self.field {
+            write!(f, ": field `{field}`")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+struct Ctx<'a> {
+    file: &'a str,
+    rule: Option<String>,
+}
+
+impl Ctx<'_> {
+    fn err(&self, field: Option<&str>, message: impl fmt::Display) -> CatalogueError {
+        CatalogueError {
+            file: self.file.to_owned(),
+            rule: self.rule.clone(),
+            field: field.map(str::to_owned),
+            message: one_line(&message.to_string()),
+        }
+    }
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Pulls the field name out of a serde message such as "unknown field `bdy`, expected …" or
+/// "missing field `code`".
+fn serde_field(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+fn is_identifier(name: &str, extra: &[char]) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && chars
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || extra.contains(&c))
+}
+
+/// A rule as parsed, before the regex sets exist.
+struct Draft {
+    rule: Rule,
+    body: Option<String>,
+    headers: Vec<(String, String)>,
+}
+
+pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, CatalogueError> {
+    let mut tables = Vec::new();
+    for (source, is_user) in base
+        .iter()
+        .map(|s| (s, false))
+        .chain(user.iter().map(|s| (s, true)))
+    {
+        let ctx = Ctx {
+            file: &source.name,
+            rule: None,
+        };
+        let table: toml::Table = source
+            .text
+            .parse()
+            .map_err(|e: toml::de::Error| ctx.err(None, e.message()))?;
+        for key in table.keys() {
+            if !matches!(key.as_str(), "catalogue" | "codes" | "rule") {
+                return Err(ctx.err(
+                    Some(key),
+                    "unknown top-level table, expected `catalogue`, `codes` or `rule`",
+                ));
+            }
+        }
+        tables.push((source, is_user, table));
+    }
+
+    // Pass 1: the version and the code tables of every file, so rules may use codes declared
+    // in any file.
+    let mut version: Option<String> = None;
+    let mut codes: BTreeMap<Code, Option<Class>> = BTreeMap::new();
+    let mut code_files: HashMap<Code, &str> = HashMap::new();
+    for (source, is_user, table) in &tables {
+        let ctx = Ctx {
+            file: &source.name,
+            rule: None,
+        };
+        if let Some(value) = table.get("catalogue") {
+            if *is_user {
+                return Err(ctx.err(
+                    Some("catalogue"),
+                    "only the shipped catalogue declares a version; user rule files are versioned by their content",
+                ));
+            }
+            let manifest = ManifestFile::deserialize(value.clone()).map_err(|e| {
+                ctx.err(
+                    serde_field(e.message()).as_deref().or(Some("catalogue")),
+                    e.message(),
+                )
+            })?;
+            if version.is_some() {
+                return Err(ctx.err(Some("catalogue.version"), "the version is declared twice"));
+            }
+            if manifest.version.trim().is_empty() {
+                return Err(ctx.err(Some("catalogue.version"), "the version is empty"));
+            }
+            version = Some(manifest.version);
+        }
+        let Some(code_table) = table.get("codes") else {
+            continue;
+        };
+        let code_table = code_table
+            .as_table()
+            .ok_or_else(|| ctx.err(Some("codes"), "expected a table of codes"))?;
+        for (name, value) in code_table {
+            let field = format!("codes.{name}");
+            if !is_identifier(name, &[]) {
+                return Err(ctx.err(Some(&field), "a code is lower-case letters, digits and `_`"));
+            }
+            let entry = CodeFile::deserialize(value.clone()).map_err(|e| {
+                let inner = serde_field(e.message()).map(|f| format!("{field}.{f}"));
+                ctx.err(inner.as_deref().or(Some(&field)), e.message())
+            })?;
+            let class = match entry.class.as_deref() {
+                None => None,
+                Some(class) => Some(Class::parse(class).ok_or_else(|| {
+                    ctx.err(
+                        Some(&format!("{field}.class")),
+                        format!("unknown class `{class}`, expected rate_limit, transient, hard or terminal"),
+                    )
+                })?),
+            };
+            let code = Code::new(name);
+            if let Some(first) = code_files.get(&code) {
+                return Err(ctx.err(Some(&field), format!("code already declared in {first}")));
+            }
+            code_files.insert(code.clone(), &source.name);
+            codes.insert(code, class);
+        }
+    }
+    let version = version.ok_or_else(|| CatalogueError {
+        file: base
+            .first()
+            .map_or_else(|| "catalogue".to_owned(), |s| s.name.clone()),
+        rule: None,
+        field: Some("catalogue.version".to_owned()),
+        message: "no catalogue version declared".to_owned(),
+    })?;
+    let version = if user.is_empty() {
+        version
+    } else {
+        format!("{version}+user.{:08x}", content_hash(user))
+    };
+
+    // Pass 2: the rules.
+    let mut drafts = Vec::new();
+    let mut ids: HashMap<String, String> = HashMap::new();
+    for (source, _, table) in &tables {
+        let Some(rules) = table.get("rule") else {
+            continue;
+        };
+        let file_ctx = Ctx {
+            file: &source.name,
+            rule: None,
+        };
+        let rules = rules
+            .as_array()
+            .ok_or_else(|| file_ctx.err(Some("rule"), "expected an array of tables: [[rule]]"))?;
+        for (index, value) in rules.iter().enumerate() {
+            let id = value
+                .get("id")
+                .and_then(toml::Value::as_str)
+                .map_or_else(|| format!("#{}", index + 1), str::to_owned);
+            let ctx = Ctx {
+                file: &source.name,
+                rule: Some(id.clone()),
+            };
+            let file = RuleFile::deserialize(value.clone())
+                .map_err(|e| ctx.err(serde_field(e.message()).as_deref(), e.message()))?;
+            if let Some(first) = ids.insert(file.id.clone(), source.name.clone()) {
+                return Err(ctx.err(
+                    Some("id"),
+                    format!("duplicate rule id, first declared in {first}"),
+                ));
+            }
+            drafts.push(compile_rule(&ctx, file, &codes)?);
+        }
+    }
+
+    // Pass 3: one regex set over bodies, one per header name.
+    let mut body_patterns = Vec::new();
+    let mut header_patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut staged = Vec::with_capacity(drafts.len());
+    for draft in drafts {
+        let mut rule = draft.rule;
+        if let Some(body) = draft.body {
+            rule.body = Some(body_patterns.len());
+            body_patterns.push(body);
+        }
+        let named: Vec<(String, usize)> = draft
+            .headers
+            .into_iter()
+            .map(|(name, pattern)| {
+                let patterns = header_patterns.entry(name.clone()).or_default();
+                patterns.push(pattern);
+                (name, patterns.len() - 1)
+            })
+            .collect();
+        staged.push((rule, named));
+    }
+    let set_err = |what: &str, e: regex::Error| CatalogueError {
+        file: "catalogue".to_owned(),
+        rule: None,
+        field: Some(what.to_owned()),
+        message: one_line(&format!("the combined regex set does not compile: {e}")),
+    };
+    let body_set = regex_set(&body_patterns).map_err(|e| set_err("body", e))?;
+    let mut header_slots = Vec::new();
+    let mut slot_of: HashMap<String, usize> = HashMap::new();
+    for (name, patterns) in header_patterns {
+        let set = regex_set(&patterns).map_err(|e| set_err(&format!("headers.{name}"), e))?;
+        slot_of.insert(name.clone(), header_slots.len());
+        header_slots.push(HeaderSlot { name, set });
+    }
+    let mut rules: Vec<Rule> = staged
+        .into_iter()
+        .map(|(mut rule, named)| {
+            rule.headers = named
+                .into_iter()
+                .map(|(name, index)| (slot_of[&name], index))
+                .collect();
+            rule
+        })
+        .collect();
+    // Highest priority first; equal priorities keep file order.
+    rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
+    let needs_body = rules.iter().any(|r| r.body.is_some());
+
+    Ok(Catalogue {
+        version: Arc::from(version),
+        rules,
+        body_set,
+        needs_body,
+        header_slots,
+        codes,
+    })
+}
+
+fn regex_set(patterns: &[String]) -> Result<RegexSet, regex::Error> {
+    RegexSetBuilder::new(patterns)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .build()
+}
+
+fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueError> {
+    RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
+}
+
+fn compile_rule(
+    ctx: &Ctx<'_>,
+    file: RuleFile,
+    codes: &BTreeMap<Code, Option<Class>>,
+) -> Result<Draft, CatalogueError> {
+    if !is_identifier(&file.id, &['.', '-']) {
+        return Err(ctx.err(
+            Some("id"),
+            "a rule id is lower-case letters, digits, `_`, `.` and `-`",
+        ));
+    }
+    let status = file
+        .status
+        .iter()
+        .map(|item| {
+            status_range(item).ok_or_else(|| {
+                ctx.err(
+                    Some("status"),
+                    format!(
+                        "`{}` is not a status, a range like \"520-524\" or a class like \"5xx\"",
+                        status_text(item)
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let transport = file
+        .transport
+        .iter()
+        .map(|name| {
+            TransportKind::parse(name).ok_or_else(|| {
+                let known: Vec<_> = TransportKind::ALL.iter().map(|k| k.as_str()).collect();
+                ctx.err(
+                    Some("transport"),
+                    format!(
+                        "unknown transport kind `{name}`, expected one of {}",
+                        known.join(", ")
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut headers = Vec::new();
+    for (name, pattern) in &file.headers {
+        let field = format!("headers.{name}");
+        if name.is_empty()
+            || name
+                .bytes()
+                .any(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        {
+            return Err(ctx.err(Some(&field), "not a header name"));
+        }
+        regex(ctx, &field, pattern)?;
+        headers.push((name.to_ascii_lowercase(), pattern.clone()));
+    }
+    if let Some(body) = &file.body {
+        regex(ctx, "body", body)?;
+    }
+    let has_matcher = !status.is_empty()
+        || !transport.is_empty()
+        || !file.sse_event.is_empty()
+        || !headers.is_empty()
+        || file.body.is_some();
+    if !has_matcher {
+        return Err(ctx.err(
+            None,
+            "a rule needs at least one of `status`, `transport`, `sse_event`, `headers` or `body`",
+        ));
+    }
+    let code = Code::new(&file.code);
+    let class = match codes.get(&code) {
+        Some(class) => *class,
+        None => {
+            return Err(ctx.err(
+                Some("code"),
+                format!(
+                    "code `{}` has no class: declare it under [codes.{}] with a class",
+                    file.code, file.code
+                ),
+            ));
+        }
+    };
+    if let Some(stated) = &file.class {
+        let stated_class = Class::parse(stated).ok_or_else(|| {
+            ctx.err(
+                Some("class"),
+                format!(
+                    "unknown class `{stated}`, expected rate_limit, transient, hard or terminal"
+                ),
+            )
+        })?;
+        if Some(stated_class) != class {
+            let declared = class.map_or("no class", Class::as_str);
+            return Err(ctx.err(
+                Some("class"),
+                format!(
+                    "says `{stated}` but code `{}` is declared as {declared}",
+                    file.code
+                ),
+            ));
+        }
+    }
+    let hints = file
+        .hint
+        .iter()
+        .enumerate()
+        .map(|(i, hint)| compile_hint(ctx, i, hint))
+        .collect::<Result<Vec<_>, _>>()?;
+    let scope = file.scope.unwrap_or_else(|| {
+        class.map_or(crate::classification::Scope::Request, Class::default_scope)
+    });
+    Ok(Draft {
+        rule: Rule {
+            id: Arc::from(file.id.as_str()),
+            priority: file.priority,
+            providers: file
+                .provider
+                .iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
+            status,
+            phase: file.phase.phase(),
+            transport,
+            sse_event: file.sse_event.clone(),
+            headers: Vec::new(),
+            body: None,
+            code,
+            class,
+            confidence: file.confidence,
+            scope,
+            hints,
+        },
+        body: file.body,
+        headers,
+    })
+}
+
+fn compile_hint(
+    ctx: &Ctx<'_>,
+    index: usize,
+    hint: &HintFile,
+) -> Result<HintExtractor, CatalogueError> {
+    let field = format!("hint[{index}]");
+    let from = match hint.from.as_deref() {
+        None | Some("body") => HintFrom::Body,
+        Some(other) => match other.strip_prefix("header:") {
+            Some(name) if !name.is_empty() => HintFrom::Header(name.to_ascii_lowercase()),
+            _ => {
+                return Err(ctx.err(
+                    Some(&format!("{field}.from")),
+                    format!("`{other}` is neither `body` nor `header:NAME`"),
+                ));
+            }
+        },
+    };
+    let pattern_field = format!("{field}.pattern");
+    let regex = regex(ctx, &pattern_field, &hint.pattern)?;
+    let names: HashSet<&str> = regex.capture_names().flatten().collect();
+    let formats: Vec<HintFormat> = HintFormat::GROUPS
+        .iter()
+        .filter(|(group, _)| names.contains(group))
+        .map(|(_, format)| *format)
+        .collect();
+    let [format] = formats[..] else {
+        return Err(ctx.err(
+            Some(&pattern_field),
+            "needs exactly one value group: (?P<seconds>…), (?P<ms>…), (?P<minutes>…), (?P<duration>…), (?P<at>…), (?P<epoch>…) or (?P<clock>…)",
+        ));
+    };
+    if names.contains("tz") && format != HintFormat::Clock {
+        return Err(ctx.err(
+            Some(&pattern_field),
+            "a (?P<tz>…) group only goes with (?P<clock>…)",
+        ));
+    }
+    Ok(HintExtractor {
+        from,
+        regex,
+        format,
+    })
+}
+
+fn status_text(item: &StatusFile) -> String {
+    match item {
+        StatusFile::One(n) => n.to_string(),
+        StatusFile::Text(t) => t.clone(),
+    }
+}
+
+fn status_range(item: &StatusFile) -> Option<RangeInclusive<u16>> {
+    let valid = |n: u16| (100..=599).contains(&n);
+    match item {
+        StatusFile::One(n) => valid(*n).then_some(*n..=*n),
+        StatusFile::Text(text) => {
+            let text = text.trim();
+            if let Some(prefix) = text.strip_suffix("xx") {
+                let digit: u16 = prefix.parse().ok()?;
+                return (1..=5)
+                    .contains(&digit)
+                    .then(|| digit * 100..=digit * 100 + 99);
+            }
+            let (lo, hi) = text.split_once('-')?;
+            let (lo, hi): (u16, u16) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
+            (valid(lo) && valid(hi) && lo <= hi).then_some(lo..=hi)
+        }
+    }
+}
+
+/// FNV-1a over the user sources' names and texts: a stable, dependency-free content id.
+fn content_hash(sources: &[Source]) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for source in sources {
+        for byte in source
+            .name
+            .bytes()
+            .chain([0])
+            .chain(source.text.bytes())
+            .chain([0])
+        {
+            hash ^= u32::from(byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+    }
+    hash
+}

@@ -1,0 +1,327 @@
+//! The catalogue: provider knowledge as data (C1, C2, C6, C7).
+//!
+//! Rule files (TOML, see `docs/catalogue.md`) are compiled once into a [`Catalogue`]: every
+//! body pattern of every rule goes into one [`regex::RegexSet`], every header pattern into one
+//! set per header name, so classifying evidence scans its text once, however many rules there
+//! are. Cheap matchers (status, provider, phase, transport, event type) run first and the text
+//! scan only happens when a surviving rule needs it.
+//!
+//! The catalogue never guesses: no rule, a low-confidence rule, rules of equal priority that
+//! disagree, stale evidence or a code without a class all come out
+//! [`Verdict::Unclassified`], which no policy acts on (C4).
+
+mod compile;
+mod file;
+mod shipped;
+
+use std::collections::BTreeMap;
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use regex::{Regex, RegexSet, SetMatches};
+
+pub use compile::{CatalogueError, Source};
+pub use shipped::shipped_sources;
+
+use crate::classification::{
+    Class, Classification, Code, Confidence, Scope, UnclassifiedReason, Verdict,
+};
+use crate::evidence::{Evidence, Phase, TransportKind};
+use crate::hint::{Hint, HintFormat, HintSource};
+use crate::retry_after::header_hint;
+
+/// A compiled, validated set of rules. Cheap to share behind an `Arc`; classification takes
+/// `&self` and allocates only its answer.
+#[derive(Debug)]
+pub struct Catalogue {
+    version: Arc<str>,
+    /// Highest priority first.
+    rules: Vec<Rule>,
+    body_set: RegexSet,
+    needs_body: bool,
+    header_slots: Vec<HeaderSlot>,
+    codes: BTreeMap<Code, Option<Class>>,
+}
+
+#[derive(Debug)]
+struct HeaderSlot {
+    name: String,
+    set: RegexSet,
+}
+
+#[derive(Debug)]
+enum HintFrom {
+    Body,
+    Header(String),
+}
+
+#[derive(Debug)]
+struct HintExtractor {
+    from: HintFrom,
+    regex: Regex,
+    format: HintFormat,
+}
+
+#[derive(Debug)]
+struct Rule {
+    id: Arc<str>,
+    priority: i32,
+    providers: Vec<String>,
+    status: Vec<RangeInclusive<u16>>,
+    phase: Option<Phase>,
+    transport: Vec<TransportKind>,
+    sse_event: Vec<String>,
+    /// (header slot, pattern index in that slot's set)
+    headers: Vec<(usize, usize)>,
+    /// Pattern index in the body set.
+    body: Option<usize>,
+    code: Code,
+    class: Option<Class>,
+    confidence: Confidence,
+    scope: Scope,
+    hints: Vec<HintExtractor>,
+}
+
+impl Rule {
+    /// The matchers that need no text scan.
+    fn cheap_match(&self, evidence: &Evidence) -> bool {
+        if !self.providers.is_empty()
+            && !evidence
+                .provider
+                .as_deref()
+                .is_some_and(|p| self.providers.iter().any(|q| q.eq_ignore_ascii_case(p)))
+        {
+            return false;
+        }
+        if !self.status.is_empty()
+            && !evidence
+                .status
+                .is_some_and(|s| self.status.iter().any(|r| r.contains(&s)))
+        {
+            return false;
+        }
+        if self.phase.is_some_and(|p| p != evidence.phase) {
+            return false;
+        }
+        if !self.transport.is_empty()
+            && !evidence
+                .transport
+                .is_some_and(|t| self.transport.contains(&t))
+        {
+            return false;
+        }
+        if !self.sse_event.is_empty()
+            && !evidence
+                .sse_event
+                .as_deref()
+                .is_some_and(|e| self.sse_event.iter().any(|x| x == e))
+        {
+            return false;
+        }
+        true
+    }
+}
+
+/// Lazily computed regex-set results for one classification.
+struct Scan<'a> {
+    catalogue: &'a Catalogue,
+    evidence: &'a Evidence,
+    text: &'a str,
+    body: Option<SetMatches>,
+    headers: Vec<Option<Option<SetMatches>>>,
+}
+
+impl Scan<'_> {
+    fn body_matches(&mut self, index: usize) -> bool {
+        let (set, text) = (&self.catalogue.body_set, self.text);
+        self.body
+            .get_or_insert_with(|| set.matches(text))
+            .matched(index)
+    }
+
+    fn header_matches(&mut self, slot: usize, index: usize) -> bool {
+        let Some(header) = self.catalogue.header_slots.get(slot) else {
+            return false;
+        };
+        let evidence = self.evidence;
+        let Some(cached) = self.headers.get_mut(slot) else {
+            return false;
+        };
+        cached
+            .get_or_insert_with(|| {
+                evidence
+                    .headers
+                    .get(&header.name)
+                    .map(|value| header.set.matches(value))
+            })
+            .as_ref()
+            .is_some_and(|m| m.matched(index))
+    }
+}
+
+impl Catalogue {
+    /// The catalogue shipped with rebound (the `catalogue/` folder of the repository,
+    /// embedded at build time).
+    pub fn shipped() -> Result<Catalogue, CatalogueError> {
+        Self::compile(&shipped_sources(), &[])
+    }
+
+    /// The shipped catalogue plus a user's rule files. User files may declare codes and
+    /// rules but not a version: the version becomes the shipped one plus a hash of their
+    /// content, so attempt records tell which rules decided.
+    pub fn with_user_rules(user: &[Source]) -> Result<Catalogue, CatalogueError> {
+        Self::compile(&shipped_sources(), user)
+    }
+
+    /// Compiles `base` (which must declare `[catalogue] version`) and `user` sources.
+    pub fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, CatalogueError> {
+        compile::compile(base, user)
+    }
+
+    /// The version recorded with every classification (C7).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The number of rules.
+    pub fn rule_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Every rule id, highest priority first.
+    pub fn rule_ids(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|r| &*r.id)
+    }
+
+    /// The code a rule assigns.
+    pub fn rule_code(&self, id: &str) -> Option<&Code> {
+        self.rules.iter().find(|r| &*r.id == id).map(|r| &r.code)
+    }
+
+    /// Every declared code with its class (`None`: declared without one, fails closed).
+    pub fn codes(&self) -> impl Iterator<Item = (&Code, Option<Class>)> {
+        self.codes.iter().map(|(code, class)| (code, *class))
+    }
+
+    /// The class of a code; `None` for an undeclared code or one without a class.
+    pub fn class_of(&self, code: &str) -> Option<Class> {
+        self.codes.get(&Code::new(code)).copied().flatten()
+    }
+
+    /// Classifies evidence. `now` validates absolute hints (HTTP-dates, "resets at").
+    pub fn classify(&self, evidence: &Evidence, now: SystemTime) -> Classification {
+        let text = if self.needs_body {
+            evidence.bounded_text()
+        } else {
+            ""
+        };
+        let mut scan = Scan {
+            catalogue: self,
+            evidence,
+            text,
+            body: None,
+            headers: Vec::new(),
+        };
+        scan.headers.resize_with(self.header_slots.len(), || None);
+
+        let mut best: Option<&Rule> = None;
+        let mut conflicts: Vec<String> = Vec::new();
+        for rule in &self.rules {
+            if best.is_some_and(|b| rule.priority < b.priority) {
+                break;
+            }
+            if !rule.cheap_match(evidence) {
+                continue;
+            }
+            if rule.body.is_some_and(|i| !scan.body_matches(i)) {
+                continue;
+            }
+            if !rule.headers.iter().all(|&(s, i)| scan.header_matches(s, i)) {
+                continue;
+            }
+            match best {
+                None => best = Some(rule),
+                Some(b) if b.code != rule.code => conflicts.push(rule.id.to_string()),
+                Some(_) => {}
+            }
+        }
+
+        let retry_forbidden = evidence
+            .headers
+            .get("x-should-retry")
+            .is_some_and(|v| v.eq_ignore_ascii_case("false"));
+        let mut out = Classification {
+            verdict: Verdict::Unclassified(UnclassifiedReason::NoRule),
+            code: None,
+            confidence: Confidence::Low,
+            scope: Scope::Request,
+            rule_id: None,
+            catalogue_version: self.version.clone(),
+            hint: header_hint(evidence.status, &evidence.headers, now),
+            retry_forbidden,
+            phase: evidence.phase,
+            status: evidence.status,
+        };
+        let Some(rule) = best else {
+            return out;
+        };
+        if !conflicts.is_empty() {
+            conflicts.insert(0, rule.id.to_string());
+            out.verdict = Verdict::Unclassified(UnclassifiedReason::Conflict(conflicts));
+            return out;
+        }
+        out.code = Some(rule.code.clone());
+        out.confidence = rule.confidence;
+        out.scope = rule.scope;
+        out.rule_id = Some(rule.id.clone());
+        out.verdict = match (rule.class, rule.confidence) {
+            (None, _) => Verdict::Unclassified(UnclassifiedReason::NoClass),
+            (Some(_), Confidence::Low) => Verdict::Unclassified(UnclassifiedReason::LowConfidence),
+            (Some(class), _) => Verdict::Classified(class),
+        };
+        if out.hint.is_none() {
+            out.hint = rule_hint(rule, evidence, now);
+        }
+        out
+    }
+
+    /// Classifies evidence for the invocation `current`: evidence from any other invocation,
+    /// or without one, is stale and comes out unclassified (C4), with the code still shown.
+    pub fn classify_current(
+        &self,
+        evidence: &Evidence,
+        current: &str,
+        now: SystemTime,
+    ) -> Classification {
+        let mut out = self.classify(evidence, now);
+        if evidence.invocation.as_deref() != Some(current) {
+            out.verdict = Verdict::Unclassified(UnclassifiedReason::Stale);
+        }
+        out
+    }
+}
+
+fn rule_hint(rule: &Rule, evidence: &Evidence, now: SystemTime) -> Option<Hint> {
+    rule.hints.iter().find_map(|extractor| {
+        let text = match &extractor.from {
+            HintFrom::Body => evidence.bounded_text(),
+            HintFrom::Header(name) => evidence.headers.get(name)?,
+        };
+        extractor.regex.captures_iter(text).find_map(|caps| {
+            let (group, _) = HintFormat::GROUPS
+                .iter()
+                .find(|(_, f)| *f == extractor.format)?;
+            let value = caps.name(group)?.as_str();
+            let tz = caps.name("tz").map(|m| m.as_str());
+            let delay = extractor.format.parse(value, tz, now)?;
+            Some(Hint {
+                delay,
+                source: HintSource::Catalogue,
+            })
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests;

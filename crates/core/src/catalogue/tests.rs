@@ -1,0 +1,285 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::*;
+
+const MANIFEST: &str = r#"
+[catalogue]
+version = "test.1"
+
+[codes.rate_limited]
+class = "rate_limit"
+
+[codes.overloaded]
+class = "transient"
+
+[codes.unassigned]
+description = "declared, no class yet"
+"#;
+
+fn now() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_796_050_800)
+}
+
+fn compile(rules: &str) -> Result<Catalogue, CatalogueError> {
+    Catalogue::compile(
+        &[Source::new("manifest.toml", MANIFEST)],
+        &[Source::new("user/rules.toml", rules)],
+    )
+}
+
+fn err(rules: &str) -> CatalogueError {
+    match compile(rules) {
+        Ok(_) => panic!("expected an error for:\n{rules}"),
+        Err(e) => e,
+    }
+}
+
+fn evidence(status: u16, body: &str) -> Evidence {
+    Evidence {
+        status: Some(status),
+        body: Some(body.to_owned()),
+        ..Evidence::default()
+    }
+}
+
+#[test]
+fn the_shipped_catalogue_compiles() {
+    let catalogue = Catalogue::shipped().unwrap();
+    assert!(catalogue.rule_count() > 100, "{}", catalogue.rule_count());
+    assert!(!catalogue.version().contains("+user"));
+}
+
+#[test]
+fn bad_regex_names_file_rule_and_field() {
+    let e = err(r#"
+[[rule]]
+id = "x.bad"
+priority = 1
+body = "(unclosed"
+code = "rate_limited"
+"#);
+    assert_eq!(e.file, "user/rules.toml");
+    assert_eq!(e.rule.as_deref(), Some("x.bad"));
+    assert_eq!(e.field.as_deref(), Some("body"));
+    assert!(e.message.contains("invalid regex"), "{e}");
+    assert!(!e.to_string().contains('\n'), "{e}");
+}
+
+#[test]
+fn duplicate_ids_are_refused() {
+    let e = err(r#"
+[[rule]]
+id = "x.same"
+priority = 1
+status = [429]
+code = "rate_limited"
+
+[[rule]]
+id = "x.same"
+priority = 2
+status = [429]
+code = "rate_limited"
+"#);
+    assert_eq!(e.rule.as_deref(), Some("x.same"));
+    assert_eq!(e.field.as_deref(), Some("id"));
+}
+
+#[test]
+fn unknown_fields_are_refused_by_name() {
+    let e = err(r#"
+[[rule]]
+id = "x.typo"
+priority = 1
+stauts = [429]
+code = "rate_limited"
+"#);
+    assert_eq!(e.rule.as_deref(), Some("x.typo"));
+    assert_eq!(e.field.as_deref(), Some("stauts"));
+}
+
+#[test]
+fn a_code_without_a_class_is_refused() {
+    let e = err(r#"
+[[rule]]
+id = "x.nocode"
+priority = 1
+status = [429]
+code = "made_up"
+"#);
+    assert_eq!(e.rule.as_deref(), Some("x.nocode"));
+    assert_eq!(e.field.as_deref(), Some("code"));
+    assert!(e.message.contains("has no class"), "{e}");
+}
+
+#[test]
+fn a_restated_class_must_agree() {
+    let e = err(r#"
+[[rule]]
+id = "x.disagree"
+priority = 1
+status = [429]
+code = "rate_limited"
+class = "transient"
+"#);
+    assert_eq!(e.field.as_deref(), Some("class"));
+}
+
+#[test]
+fn user_files_cannot_declare_a_version() {
+    let e = err("[catalogue]\nversion = \"mine\"\n");
+    assert_eq!(e.field.as_deref(), Some("catalogue"));
+}
+
+#[test]
+fn a_rule_needs_a_matcher_and_valid_matchers() {
+    let e = err("[[rule]]\nid = \"x.any\"\npriority = 1\ncode = \"rate_limited\"\n");
+    assert_eq!(e.rule.as_deref(), Some("x.any"));
+    for (field, line) in [
+        ("status", "status = [\"6xx\"]"),
+        ("status", "status = [700]"),
+        ("transport", "transport = [\"carrier_pigeon\"]"),
+        (
+            "hint[0].pattern",
+            "body = \"x\"\n[[rule.hint]]\npattern = \"no group\"",
+        ),
+        (
+            "hint[0].from",
+            "body = \"x\"\n[[rule.hint]]\nfrom = \"query\"\npattern = \"(?P<seconds>\\\\d+)\"",
+        ),
+    ] {
+        let e = err(&format!(
+            "[[rule]]\nid = \"x.m\"\npriority = 1\ncode = \"rate_limited\"\n{line}\n"
+        ));
+        assert_eq!(e.field.as_deref(), Some(field), "{line}: {e}");
+    }
+}
+
+#[test]
+fn toml_syntax_errors_name_the_file() {
+    let e = err("[[rule]\nid = ");
+    assert_eq!(e.file, "user/rules.toml");
+    assert!(!e.to_string().contains('\n'));
+}
+
+#[test]
+fn user_rules_change_the_version() {
+    let c =
+        compile("[[rule]]\nid = \"x.a\"\npriority = 1\nstatus = [429]\ncode = \"rate_limited\"\n")
+            .unwrap();
+    assert!(c.version().starts_with("test.1+user."), "{}", c.version());
+}
+
+#[test]
+fn equal_priority_rules_that_disagree_are_unclassified() {
+    let c = compile(
+        r#"
+[[rule]]
+id = "x.a"
+priority = 5
+status = [503]
+code = "overloaded"
+
+[[rule]]
+id = "x.b"
+priority = 5
+body = "slow"
+code = "rate_limited"
+
+[[rule]]
+id = "x.c"
+priority = 1
+status = [503]
+code = "rate_limited"
+"#,
+    )
+    .unwrap();
+    let out = c.classify(&evidence(503, "slow down"), now());
+    assert_eq!(
+        out.verdict,
+        Verdict::Unclassified(UnclassifiedReason::Conflict(vec![
+            "x.a".to_owned(),
+            "x.b".to_owned()
+        ]))
+    );
+    // Without the conflict, the higher rule decides.
+    let out = c.classify(&evidence(503, "busy"), now());
+    assert_eq!(out.verdict, Verdict::Classified(Class::Transient));
+    assert_eq!(out.rule_id.as_deref(), Some("x.a"));
+}
+
+#[test]
+fn a_declared_code_without_a_class_fails_closed() {
+    let c =
+        compile("[[rule]]\nid = \"x.u\"\npriority = 1\nstatus = [418]\ncode = \"unassigned\"\n")
+            .unwrap();
+    let out = c.classify(&evidence(418, ""), now());
+    assert_eq!(
+        out.verdict,
+        Verdict::Unclassified(UnclassifiedReason::NoClass)
+    );
+    assert_eq!(out.code.as_ref().map(Code::as_str), Some("unassigned"));
+}
+
+#[test]
+fn low_confidence_fails_closed() {
+    let c = compile(
+        "[[rule]]\nid = \"x.l\"\npriority = 1\nstatus = [429]\ncode = \"rate_limited\"\nconfidence = \"low\"\n",
+    )
+    .unwrap();
+    let out = c.classify(&evidence(429, ""), now());
+    assert_eq!(
+        out.verdict,
+        Verdict::Unclassified(UnclassifiedReason::LowConfidence)
+    );
+}
+
+#[test]
+fn stale_evidence_fails_closed() {
+    let c = Catalogue::shipped().unwrap();
+    let mut e = evidence(429, "");
+    e.invocation = Some("inv-1".to_owned());
+    let current = c.classify_current(&e, "inv-1", now());
+    assert_eq!(current.verdict, Verdict::Classified(Class::RateLimit));
+    let stale = c.classify_current(&e, "inv-2", now());
+    assert_eq!(
+        stale.verdict,
+        Verdict::Unclassified(UnclassifiedReason::Stale)
+    );
+    e.invocation = None;
+    let unknown = c.classify_current(&e, "inv-1", now());
+    assert_eq!(
+        unknown.verdict,
+        Verdict::Unclassified(UnclassifiedReason::Stale)
+    );
+}
+
+#[test]
+fn evidence_beyond_the_bound_is_not_read() {
+    let c = Catalogue::shipped().unwrap();
+    let late = format!(
+        "{}\"type\":\"overloaded_error\"",
+        " ".repeat(crate::evidence::EVIDENCE_TEXT_LIMIT)
+    );
+    let out = c.classify(&evidence(500, &late), now());
+    assert_eq!(out.rule_id.as_deref(), Some("generic.http_500"));
+}
+
+#[test]
+fn server_headers_beat_body_hints() {
+    let c = Catalogue::shipped().unwrap();
+    let mut e = evidence(
+        429,
+        r#"{"error":{"message":"Rate limit reached for gpt-4o. Please try again in 20s.","code":"rate_limit_exceeded"}}"#,
+    );
+    let body_only = c.classify(&e, now());
+    assert_eq!(
+        body_only.hint.map(|h| h.delay),
+        Some(Duration::from_secs(20))
+    );
+    e.headers.insert("retry-after-ms", "1500");
+    let header = c.classify(&e, now());
+    assert_eq!(
+        header.hint.map(|h| h.delay),
+        Some(Duration::from_millis(1500))
+    );
+}

@@ -1,0 +1,450 @@
+//! Timing hints: how long a provider asked us to wait, validated (C6, T2).
+//!
+//! Every parser here is total: it returns `None` for anything malformed, negative, not finite
+//! or absurd, so a hostile or broken value can never hold a request. Caps that depend on the
+//! class live in [`crate::policy`]; this module only decides whether a value is believable.
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+/// The longest wait any hint may ask for. Longer values are not believed and are dropped.
+pub const MAX_HINT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// Where a hint came from, in precedence order (T1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HintSource {
+    /// The `retry-after-ms` header.
+    RetryAfterMs,
+    /// The `retry-after` header as seconds.
+    RetryAfterSeconds,
+    /// The `retry-after` header as an HTTP-date.
+    RetryAfterDate,
+    /// A value a catalogue rule extracted from the body or another header.
+    Catalogue,
+}
+
+impl HintSource {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HintSource::RetryAfterMs => "retry_after_ms",
+            HintSource::RetryAfterSeconds => "retry_after_seconds",
+            HintSource::RetryAfterDate => "retry_after_date",
+            HintSource::Catalogue => "catalogue",
+        }
+    }
+}
+
+impl fmt::Display for HintSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A validated wait request: finite, not negative, at most [`MAX_HINT`], relative to the
+/// `now` it was validated against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Hint {
+    /// How long to wait from the moment of classification.
+    #[serde(rename = "delay_ms", serialize_with = "serialize_ms")]
+    pub delay: Duration,
+    /// Where it came from.
+    pub source: HintSource,
+}
+
+fn serialize_ms<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The kind of value a catalogue hint extractor captured, named by its regex group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintFormat {
+    /// Decimal seconds (`20`, `2.184`).
+    Seconds,
+    /// Decimal milliseconds.
+    Millis,
+    /// Decimal minutes.
+    Minutes,
+    /// A Go/protobuf duration (`17s`, `1m30.5s`, `250ms`, `6m0s`).
+    Duration,
+    /// An absolute time: RFC 3339 (`2026-11-30T15:00:00Z`) or an HTTP-date.
+    At,
+    /// Unix time in seconds.
+    Epoch,
+    /// A time of day (`3pm`, `15:00`, `3:30 PM`) in the zone of the `tz` group, which must be
+    /// UTC, GMT, Z or a numeric offset; without a zone the value is dropped.
+    Clock,
+}
+
+impl HintFormat {
+    /// Every format, with the regex group name that selects it.
+    pub const GROUPS: [(&'static str, HintFormat); 7] = [
+        ("seconds", HintFormat::Seconds),
+        ("ms", HintFormat::Millis),
+        ("minutes", HintFormat::Minutes),
+        ("duration", HintFormat::Duration),
+        ("at", HintFormat::At),
+        ("epoch", HintFormat::Epoch),
+        ("clock", HintFormat::Clock),
+    ];
+
+    /// Turns a captured value into a wait from `now`. Absolute times in the past are not
+    /// believed (C6): a provider that says "resets at" a past moment is confused.
+    pub fn parse(self, value: &str, tz: Option<&str>, now: SystemTime) -> Option<Duration> {
+        let value = value.trim();
+        let delay = match self {
+            HintFormat::Seconds => parse_decimal_duration(value, 1_000_000_000)?,
+            HintFormat::Millis => parse_decimal_duration(value, 1_000_000)?,
+            HintFormat::Minutes => parse_decimal_duration(value, 60_000_000_000)?,
+            HintFormat::Duration => parse_go_duration(value)?,
+            HintFormat::At => {
+                let at = parse_rfc3339(value).or_else(|| httpdate::parse_http_date(value).ok())?;
+                at.duration_since(now).ok()?
+            }
+            HintFormat::Epoch => {
+                let secs: u64 = value.parse().ok()?;
+                let at = UNIX_EPOCH.checked_add(Duration::from_secs(secs))?;
+                at.duration_since(now).ok()?
+            }
+            HintFormat::Clock => clock_delay(value, tz?, now)?,
+        };
+        believable(delay)
+    }
+}
+
+/// `Some(delay)` when it is within [`MAX_HINT`].
+pub fn believable(delay: Duration) -> Option<Duration> {
+    (delay <= MAX_HINT).then_some(delay)
+}
+
+/// Parses an unsigned decimal number (`12`, `0.5`, `2.184`) scaled by `unit_nanos` per unit.
+/// Signs, exponents, `NaN`, `inf` and anything else are refused.
+pub fn parse_decimal_duration(value: &str, unit_nanos: u128) -> Option<Duration> {
+    let (int, frac) = match value.split_once('.') {
+        Some((int, frac)) => (int, frac),
+        None => (value, ""),
+    };
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if value.ends_with('.') || int.len() > 15 {
+        return None;
+    }
+    let int: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let mut nanos = int.checked_mul(unit_nanos)?;
+    // Fraction digits beyond nanosecond precision of the unit add nothing.
+    let mut scale = unit_nanos;
+    for digit in frac.bytes().take(18) {
+        scale /= 10;
+        nanos = nanos.checked_add(u128::from(digit - b'0') * scale)?;
+    }
+    let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
+    let sub = u32::try_from(nanos % 1_000_000_000).ok()?;
+    Some(Duration::new(secs, sub))
+}
+
+/// Parses a Go or protobuf duration: one or more `<decimal><unit>` with units `h`, `m`, `s`,
+/// `ms`, `us`, `µs`, `ns` (`17s`, `1m30.5s`, `250ms`, `6m0s`, `0.5s`).
+pub fn parse_go_duration(value: &str) -> Option<Duration> {
+    let mut rest = value;
+    let mut total = Duration::ZERO;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let num_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        if num_len == 0 {
+            return None;
+        }
+        let (number, tail) = rest.split_at(num_len);
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let unit_nanos: u128 = match unit {
+            "h" => 3_600_000_000_000,
+            "m" => 60_000_000_000,
+            "s" => 1_000_000_000,
+            "ms" => 1_000_000,
+            "us" | "µs" => 1_000,
+            "ns" => 1,
+            _ => return None,
+        };
+        total = total.checked_add(parse_decimal_duration(number, unit_nanos)?)?;
+        rest = tail;
+    }
+    Some(total)
+}
+
+/// Parses an RFC 3339 timestamp (`2026-11-30T15:04:05Z`, `2026-11-30 15:04:05.25+02:00`).
+pub fn parse_rfc3339(value: &str) -> Option<SystemTime> {
+    let b = value.as_bytes();
+    if b.len() < 20 {
+        return None;
+    }
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        let part = value.get(range)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let year = i64::from(digits(0..4)?);
+    let month = digits(5..7)?;
+    let day = digits(8..10)?;
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = &value[19..];
+    let mut nanos = 0u32;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let len = frac
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(frac.len());
+        if len == 0 {
+            return None;
+        }
+        let mut scale = 100_000_000u32;
+        for d in frac[..len].bytes().take(9) {
+            nanos += u32::from(d - b'0') * scale;
+            scale /= 10;
+        }
+        rest = &frac[len..];
+    }
+    let offset_secs = parse_offset(rest)?;
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second) - offset_secs;
+    let secs = u64::try_from(secs).ok()?;
+    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+}
+
+/// `Z`, `UTC`, `GMT`, `+02:00`, `-0530` → offset east of UTC in seconds.
+fn parse_offset(zone: &str) -> Option<i64> {
+    let zone = zone.trim();
+    if matches!(zone, "Z" | "z" | "UTC" | "GMT" | "utc" | "gmt") {
+        return Some(0);
+    }
+    let sign = match zone.as_bytes().first()? {
+        b'+' => 1,
+        b'-' => -1,
+        _ => return None,
+    };
+    let body = zone[1..].replace(':', "");
+    if body.len() != 4 || !body.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let hours: i64 = body[..2].parse().ok()?;
+    let minutes: i64 = body[2..].parse().ok()?;
+    if hours > 18 || minutes > 59 {
+        return None;
+    }
+    Some(sign * (hours * 3600 + minutes * 60))
+}
+
+/// The wait until the next occurrence of a time of day (`3pm`, `3:30 pm`, `15:00`) in a zone.
+fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
+    let offset = parse_offset(tz)?;
+    let lower = value.to_ascii_lowercase();
+    let (clock, meridiem) = if let Some(c) = lower.strip_suffix("am") {
+        (c.trim(), Some(false))
+    } else if let Some(c) = lower.strip_suffix("pm") {
+        (c.trim(), Some(true))
+    } else {
+        (lower.trim(), None)
+    };
+    let (hour, minute) = match clock.split_once(':') {
+        Some((h, m)) => (h.parse::<u32>().ok()?, m.parse::<u32>().ok()?),
+        None => (clock.parse::<u32>().ok()?, 0),
+    };
+    let hour = match meridiem {
+        Some(pm) if (1..=12).contains(&hour) => hour % 12 + if pm { 12 } else { 0 },
+        Some(_) => return None,
+        None if !clock.contains(':') => return None,
+        None => hour,
+    };
+    if hour > 23 || minute > 59 {
+        return None;
+    }
+    let now_secs = i64::try_from(now.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()?;
+    let local_now = now_secs + offset;
+    let day_start = local_now - local_now.rem_euclid(86_400);
+    let mut target = day_start + i64::from(hour * 3600 + minute * 60);
+    if target <= local_now {
+        target += 86_400;
+    }
+    Some(Duration::from_secs(u64::try_from(target - local_now).ok()?))
+}
+
+fn is_leap(year: i64) -> bool {
+    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
+}
+
+fn days_in_month(year: i64, month: u32) -> u32 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn decimals_parse_exactly_and_refuse_garbage() {
+        let s = 1_000_000_000;
+        assert_eq!(
+            parse_decimal_duration("2.184", s),
+            Some(Duration::from_millis(2184))
+        );
+        assert_eq!(
+            parse_decimal_duration("20", s),
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(
+            parse_decimal_duration("1.5", 1_000_000),
+            Some(Duration::from_micros(1500))
+        );
+        for bad in [
+            "", ".", "1.", "-1", "+1", "1e3", "NaN", "inf", "1,5", " 1", "0x10",
+        ] {
+            assert_eq!(parse_decimal_duration(bad, s), None, "{bad:?}");
+        }
+        assert_eq!(parse_decimal_duration("9999999999999999999999", s), None);
+    }
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(parse_go_duration("17s"), Some(Duration::from_secs(17)));
+        assert_eq!(
+            parse_go_duration("1m30.5s"),
+            Some(Duration::from_millis(90_500))
+        );
+        assert_eq!(parse_go_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(parse_go_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_go_duration("1h2m3s"), Some(Duration::from_secs(3723)));
+        assert_eq!(parse_go_duration("0.5s"), Some(Duration::from_millis(500)));
+        for bad in ["", "s", "17", "17x", "1m-3s", "1.2.3s", "ms"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rfc3339_timestamps() {
+        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(at(0)));
+        assert_eq!(
+            parse_rfc3339("2026-11-30T15:00:00Z"),
+            Some(at(1_796_050_800))
+        );
+        assert_eq!(
+            parse_rfc3339("2026-11-30T17:00:00+02:00"),
+            Some(at(1_796_050_800))
+        );
+        assert_eq!(
+            parse_rfc3339("2026-11-30 15:00:00.5Z"),
+            Some(at(1_796_050_800) + Duration::from_millis(500))
+        );
+        for bad in [
+            "2026-13-01T00:00:00Z",
+            "2026-02-30T00:00:00Z",
+            "2026-11-30T25:00:00Z",
+            "2026-11-30T15:00:00",
+            "2026-11-30T15:00:00+2",
+            "not a date at all, no",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn absolute_hints_in_the_past_are_dropped() {
+        let now = at(1_796_050_800);
+        assert_eq!(
+            HintFormat::At.parse("2026-11-30T14:00:00Z", None, now),
+            None
+        );
+        assert_eq!(
+            HintFormat::At.parse("2026-11-30T15:00:20Z", None, now),
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(
+            HintFormat::At.parse("Mon, 30 Nov 2026 15:01:00 GMT", None, now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            HintFormat::Epoch.parse("1796050860", None, now),
+            Some(Duration::from_secs(60))
+        );
+    }
+
+    #[test]
+    fn absurd_hints_are_dropped() {
+        let now = at(0);
+        assert_eq!(
+            HintFormat::Seconds.parse("604800", None, now),
+            Some(MAX_HINT)
+        );
+        assert_eq!(HintFormat::Seconds.parse("604801", None, now), None);
+        assert_eq!(HintFormat::Duration.parse("999999h", None, now), None);
+    }
+
+    #[test]
+    fn clock_times_need_a_zone_and_roll_to_the_next_day() {
+        // 2026-11-30T14:00:00Z
+        let now = at(1_796_047_200);
+        assert_eq!(
+            HintFormat::Clock.parse("3pm", Some("UTC"), now),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(
+            HintFormat::Clock.parse("3:30 PM", Some("Z"), now),
+            Some(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            HintFormat::Clock.parse("13:00", Some("+00:00"), now),
+            Some(Duration::from_secs(23 * 3600))
+        );
+        assert_eq!(
+            HintFormat::Clock.parse("5pm", Some("+02:00"), now),
+            Some(Duration::from_secs(3600))
+        );
+        assert_eq!(HintFormat::Clock.parse("3pm", None, now), None);
+        assert_eq!(HintFormat::Clock.parse("3pm", Some("PST"), now), None);
+        assert_eq!(HintFormat::Clock.parse("13pm", Some("UTC"), now), None);
+        assert_eq!(HintFormat::Clock.parse("15", Some("UTC"), now), None);
+    }
+}

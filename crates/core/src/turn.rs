@@ -1,0 +1,281 @@
+//! The budget state machine over one logical turn and its route (B1–B6, D2, D4).
+//!
+//! A [`Turn`] owns the class counters of a user turn. The host sends one model request at a
+//! time; on a failure it classifies the evidence and calls [`Turn::on_failure`], which answers
+//! with one [`Action`]: wait and retry the same candidate, fall back to the next candidate, or
+//! stop with the diagnostics of the one terminal error. On a complete successful response the
+//! host calls [`Turn::on_success`], which resets the counters (B3). Nothing here sleeps: a
+//! [`Wait`] says how long, the host waits (abortably, T5) and sends the retry itself.
+//!
+//! The evaluation order is the pipeline of D1/D2, after the gates that no policy can open:
+//! 1. unclassified evidence stops for a human (C4); ambiguous delivery stops (D4);
+//!    `terminal` stops (C3);
+//! 2. a trusted hint within the class's reset-wait maximum is waited for, once per candidate
+//!    and class per route cycle, without spending retry budget;
+//! 3. a retry while the class's budget lasts (T1–T4 give the delay), unless the provider said
+//!    `x-should-retry: false`;
+//! 4. the exhausted outcome: `skip` to the next candidate, or `stop`.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use crate::backoff::Jitter;
+use crate::classification::{Class, Classification, Verdict};
+use crate::evidence::Evidence;
+pub use crate::policy::Caller;
+use crate::policy::{Exhausted, Limit, Policy};
+use crate::status::{Diagnostics, RetryStatus};
+pub use crate::status::{StopReason, WaitKind};
+
+/// Whether replaying the failed request could duplicate an effect (D4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Safety {
+    /// Nothing of the failed attempt reached a consumer that cannot discard it.
+    Replayable,
+    /// Output reached a consumer that cannot discard it, or a tool effect may have happened.
+    Ambiguous,
+}
+
+/// One failed attempt, as the turn needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Failure<'a> {
+    /// What the attempt left behind.
+    pub evidence: &'a Evidence,
+    /// What the catalogue made of it.
+    pub classification: &'a Classification,
+    /// Whether a replay is safe.
+    pub safety: Safety,
+}
+
+/// A wait before retrying the same candidate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wait {
+    /// How long.
+    pub delay: Duration,
+    /// Why.
+    pub kind: WaitKind,
+    /// What to show meanwhile (R3).
+    pub status: RetryStatus,
+}
+
+/// What the host does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Wait, then send the same request to the same candidate.
+    Retry(Wait),
+    /// Send the same request to the route's next candidate now.
+    Fallback {
+        /// The candidate (route position) to use.
+        candidate: usize,
+        /// The class whose exhausted outcome was `skip`.
+        class: Class,
+    },
+    /// Stop: emit exactly one terminal error with these diagnostics (R4).
+    Stop(Box<Diagnostics>),
+}
+
+const CLASSES: usize = 3;
+
+fn slot(class: Class) -> Option<usize> {
+    match class {
+        Class::RateLimit => Some(0),
+        Class::Transient => Some(1),
+        Class::Hard => Some(2),
+        Class::Terminal => None,
+    }
+}
+
+/// The per-candidate counters of the current route cycle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counters {
+    retries: [u32; CLASSES],
+    reset_waited: [bool; CLASSES],
+}
+
+/// The recovery state of one logical turn.
+#[derive(Clone, Debug)]
+pub struct Turn {
+    route: Vec<Arc<Policy>>,
+    caller: Caller,
+    candidate: usize,
+    counters: Counters,
+    attempts: u32,
+    waited: Duration,
+}
+
+impl Turn {
+    /// A turn over a route of one or more candidates' policies, for `caller`. An empty route
+    /// is treated as one interactive candidate.
+    pub fn new(route: Vec<Arc<Policy>>, caller: Caller) -> Self {
+        let route = if route.is_empty() {
+            vec![Arc::new(Policy::interactive())]
+        } else {
+            route
+        };
+        Turn {
+            route,
+            caller,
+            candidate: 0,
+            counters: Counters::default(),
+            attempts: 1,
+            waited: Duration::ZERO,
+        }
+    }
+
+    /// A turn with one candidate.
+    pub fn single(policy: Arc<Policy>, caller: Caller) -> Self {
+        Self::new(vec![policy], caller)
+    }
+
+    /// The candidate (route position) the next attempt goes to.
+    pub fn candidate(&self) -> usize {
+        self.candidate
+    }
+
+    /// The number of the attempt in flight, 1-based, since the last complete response.
+    pub fn attempt(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Retries spent by `class` on the current candidate.
+    pub fn retries(&self, class: Class) -> u32 {
+        slot(class).map_or(0, |s| self.counters.retries[s])
+    }
+
+    /// Time spent waiting since the last complete response.
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+
+    /// A complete successful model response, text or tool calls: every counter resets (B3).
+    /// Partial output, headers and phase changes are not successes; do not call this for
+    /// them. The turn stays on the candidate that answered.
+    pub fn on_success(&mut self) {
+        self.counters = Counters::default();
+        self.attempts = 1;
+        self.waited = Duration::ZERO;
+    }
+
+    /// Decides what follows a failed attempt. `now` stamps the wait; `draw` is the random
+    /// draw for jitter.
+    pub fn on_failure(&mut self, failure: Failure<'_>, now: SystemTime, draw: Jitter) -> Action {
+        let classification = failure.classification;
+        let class = match classification.verdict {
+            Verdict::Unclassified(_) => return self.stop(StopReason::Unclassified, failure, None),
+            Verdict::Classified(class) => class,
+        };
+        if failure.safety == Safety::Ambiguous {
+            return self.stop(StopReason::Unsafe, failure, Some(class));
+        }
+        let Some(slot) = slot(class) else {
+            return self.stop(StopReason::Terminal, failure, Some(class));
+        };
+        let policy = Arc::clone(&self.route[self.candidate]);
+        let Some(class_policy) = policy.for_class(class) else {
+            return self.stop(StopReason::Terminal, failure, Some(class));
+        };
+        let hint = classification.hint.map(|h| h.delay);
+
+        if !classification.retry_forbidden {
+            // Step 1: wait for an announced reset, once per candidate and class.
+            if let (Some(reset), Some(hint)) = (class_policy.reset_wait, hint)
+                && hint <= reset.max
+                && !self.counters.reset_waited[slot]
+            {
+                self.counters.reset_waited[slot] = true;
+                let limit = class_policy
+                    .limit_for(self.caller)
+                    .unwrap_or(Limit::Count(0));
+                let attempt = self.counters.retries[slot] + 1;
+                return self.wait(
+                    hint,
+                    WaitKind::ResetWait,
+                    attempt,
+                    limit,
+                    class,
+                    classification,
+                    now,
+                );
+            }
+            // Step 2: retry while the budget lasts.
+            if let (Some(retry), Some(limit)) =
+                (class_policy.retry, class_policy.limit_for(self.caller))
+            {
+                let next = self.counters.retries[slot].saturating_add(1);
+                if limit.allows(next) {
+                    self.counters.retries[slot] = next;
+                    let delay = retry.delay(next, hint, draw);
+                    let kind = if hint.is_some() {
+                        WaitKind::Hint
+                    } else {
+                        WaitKind::Backoff
+                    };
+                    return self.wait(delay, kind, next, limit, class, classification, now);
+                }
+            }
+        }
+
+        // Step 3: the exhausted outcome.
+        match class_policy.exhausted {
+            Exhausted::Skip if self.candidate + 1 < self.route.len() => {
+                self.candidate += 1;
+                self.counters = Counters::default();
+                self.attempts += 1;
+                Action::Fallback {
+                    candidate: self.candidate,
+                    class,
+                }
+            }
+            Exhausted::Skip => self.stop(StopReason::RouteEnded, failure, Some(class)),
+            Exhausted::Stop if classification.retry_forbidden => {
+                self.stop(StopReason::RetryForbidden, failure, Some(class))
+            }
+            Exhausted::Stop => self.stop(StopReason::Exhausted, failure, Some(class)),
+        }
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one private constructor of a wait"
+    )]
+    fn wait(
+        &mut self,
+        delay: Duration,
+        kind: WaitKind,
+        attempt: u32,
+        limit: Limit,
+        class: Class,
+        classification: &Classification,
+        now: SystemTime,
+    ) -> Action {
+        self.attempts = self.attempts.saturating_add(1);
+        self.waited = self.waited.saturating_add(delay);
+        let status = RetryStatus::new(
+            delay,
+            now,
+            attempt,
+            limit,
+            kind,
+            class,
+            classification.code.clone(),
+        );
+        Action::Retry(Wait {
+            delay,
+            kind,
+            status,
+        })
+    }
+
+    fn stop(&self, reason: StopReason, failure: Failure<'_>, class: Option<Class>) -> Action {
+        let retry_attempt = class.map_or(0, |c| self.retries(c));
+        Action::Stop(Box::new(Diagnostics::new(
+            reason,
+            failure.evidence,
+            failure.classification,
+            retry_attempt,
+            self.attempts,
+            self.candidate,
+            self.waited,
+        )))
+    }
+}
