@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use crate::backoff::{Backoff, Jitter};
-use crate::classification::Class;
+use crate::classification::{Class, Classification};
 
 /// The default retry budget of each retrying class: 10 retries, 11 attempts (B1).
 pub const DEFAULT_RETRIES: u32 = 10;
@@ -211,6 +211,25 @@ impl Policy {
             }
         }
         self
+    }
+
+    /// The wait before retry `retry` (1-based) of a failure classified as `classification`,
+    /// under this policy's retry step: `None` when it is unclassified, `terminal`, forbidden
+    /// by `x-should-retry: false`, not retried by its class, or past the budget. This is what
+    /// `rebound classify --attempt N` prints; [`crate::turn::Turn`] runs the whole pipeline.
+    pub fn retry_delay(
+        &self,
+        classification: &Classification,
+        caller: Caller,
+        retry: u32,
+        draw: Jitter,
+    ) -> Option<Duration> {
+        if classification.retry_forbidden {
+            return None;
+        }
+        let hint = classification.hint.map(|h| h.delay);
+        self.for_class(classification.class()?)?
+            .retry_delay(caller, retry, hint, draw)
     }
 
     /// The pipeline of a class; `None` for `terminal`, which is never retried.

@@ -1,0 +1,154 @@
+//! Property tests of the invariants: every delay within its cap; never more than budget + 1
+//! attempts per class; a phase change never resets; classes never share (T2–T4, B1–B3).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use rebound_core::backoff::Jitter;
+use rebound_core::hint::{Hint, HintSource};
+use rebound_core::{
+    Action, Caller, Catalogue, Class, Classification, Evidence, Failure, Phase, Policy, Safety,
+    Turn,
+};
+
+use crate::{CATALOGUE, now};
+
+#[derive(Clone, Debug)]
+enum Event {
+    Fail {
+        status: u16,
+        phase: Phase,
+        hint_ms: Option<u64>,
+    },
+    Success,
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![
+        8 => (
+            prop::sample::select(vec![429u16, 502, 503, 500, 529, 408]),
+            prop::bool::ANY,
+            prop::option::of(0u64..200_000),
+        )
+            .prop_map(|(status, stream, hint_ms)| Event::Fail {
+                status,
+                phase: if stream { Phase::Stream } else { Phase::Setup },
+                hint_ms,
+            }),
+        1 => Just(Event::Success),
+    ]
+}
+
+fn caller() -> impl Strategy<Value = Caller> {
+    prop::sample::select(vec![Caller::Session, Caller::Subagent, Caller::OneShot])
+}
+
+fn classify(
+    catalogue: &Catalogue,
+    status: u16,
+    phase: Phase,
+    hint_ms: Option<u64>,
+) -> (Evidence, Classification) {
+    let evidence = Evidence {
+        status: Some(status),
+        phase,
+        ..Evidence::default()
+    };
+    let mut c = catalogue.classify(&evidence, now());
+    c.hint = hint_ms.map(|ms| Hint {
+        delay: Duration::from_millis(ms),
+        source: HintSource::RetryAfterMs,
+    });
+    (evidence, c)
+}
+
+fn cap(class: Class) -> Duration {
+    match class {
+        Class::RateLimit => Duration::from_secs(30),
+        _ => Duration::from_secs(8),
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn delays_stay_within_their_cap(
+        retry in 1u32..=10,
+        draw in any::<f64>(),
+        hint_ms in prop::option::of(any::<u64>()),
+    ) {
+        let policy = Policy::interactive();
+        for class in [Class::RateLimit, Class::Transient] {
+            let hint = hint_ms.map(Duration::from_millis);
+            let d = policy
+                .for_class(class)
+                .unwrap()
+                .retry_delay(Caller::Session, retry, hint, Jitter::new(draw))
+                .unwrap();
+            prop_assert!(d <= cap(class), "{class} retry {retry}: {d:?}");
+        }
+    }
+
+    #[test]
+    fn attempt_numbering_is_one_based(retry in 0u32..64) {
+        let p = Policy::interactive().transient;
+        let d = p.retry_delay(Caller::Session, retry, None, Jitter::NONE);
+        if retry == 0 || retry > 10 {
+            prop_assert!(d.is_none());
+        } else {
+            let expected = Duration::from_secs(1u64 << (retry - 1).min(3));
+            prop_assert_eq!(d, Some(expected));
+        }
+    }
+
+    #[test]
+    fn budgets_hold_across_phases_and_classes(
+        events in prop::collection::vec(event(), 1..120),
+        caller in caller(),
+        draw in 0.0f64..=1.0,
+    ) {
+        let catalogue = &*CATALOGUE;
+        let mut turn = Turn::single(Arc::new(Policy::interactive()), caller);
+        // Attempts per class since the last complete response, the first one included.
+        let mut failed = [0u32; 2];
+        for event in events {
+            match event {
+                Event::Success => {
+                    turn.on_success();
+                    failed = [0, 0];
+                }
+                Event::Fail { status, phase, hint_ms } => {
+                    let (evidence, c) = classify(catalogue, status, phase, hint_ms);
+                    let class = c.class().unwrap();
+                    let slot = usize::from(class != Class::RateLimit);
+                    let other = if class == Class::RateLimit { Class::Transient } else { Class::RateLimit };
+                    let before = (turn.retries(class), turn.retries(other));
+                    let action = turn.on_failure(
+                        Failure { evidence: &evidence, classification: &c, safety: Safety::Replayable },
+                        now(),
+                        Jitter::new(draw),
+                    );
+                    failed[slot] += 1;
+                    prop_assert!(failed[slot] <= 11, "{class}: {} failed attempts", failed[slot]);
+                    // Classes never share: the other counter did not move.
+                    prop_assert_eq!(turn.retries(other), before.1);
+                    match action {
+                        Action::Retry(wait) => {
+                            // A phase change never resets: the counter only grows.
+                            prop_assert_eq!(turn.retries(class), before.0 + 1);
+                            prop_assert!(wait.delay <= cap(class));
+                        }
+                        Action::Stop(d) => {
+                            prop_assert_eq!(d.retry_attempt, 10);
+                            prop_assert_eq!(failed[slot], 11);
+                            return Ok(());
+                        }
+                        Action::Fallback { .. } => prop_assert!(false, "a single candidate cannot fall back"),
+                    }
+                }
+            }
+        }
+    }
+}
