@@ -1,0 +1,384 @@
+//! `rebound classify`: evidence in (flags or JSON on stdin), the catalogue's verdict out.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use rebound_core::backoff::Jitter;
+use rebound_core::policy::DEFAULT_RETRIES;
+use rebound_core::status::error_excerpt;
+use rebound_core::{
+    Caller, Catalogue, Class, Classification, Evidence, Phase, Policy, Source, TransportKind,
+    Verdict,
+};
+use serde_json::{Value, json};
+
+use crate::bad_input;
+
+/// The most standard input or a body file may hold. Evidence is read only up to a few KiB;
+/// this bound keeps a mistaken pipe from filling memory.
+const INPUT_LIMIT: u64 = 16 << 20;
+
+/// How much of the evidence the human-readable output shows.
+const SHOWN_EXCERPT: usize = 200;
+
+#[derive(Args, Debug)]
+pub(crate) struct ClassifyArgs {
+    /// HTTP status of the failed response.
+    #[arg(long, value_name = "CODE")]
+    status: Option<u16>,
+    /// A response header, as 'name: value'. Repeat for more.
+    #[arg(long = "header", value_name = "'NAME: VALUE'")]
+    headers: Vec<String>,
+    /// The response body or error message.
+    #[arg(long, value_name = "TEXT", conflicts_with = "body_file")]
+    body: Option<String>,
+    /// Read the body from a file.
+    #[arg(long, value_name = "PATH")]
+    body_file: Option<PathBuf>,
+    /// The provider (openai, anthropic, gemini, azure, bedrock, openrouter, relay …).
+    #[arg(long, value_name = "NAME")]
+    provider: Option<String>,
+    /// When the failure happened: setup (before the first content) or stream.
+    #[arg(long, value_name = "PHASE", value_parser = ["setup", "stream"])]
+    phase: Option<String>,
+    /// A transport failure: connection_refused, connection_reset, dns, tls, connect_timeout,
+    /// timeout, idle_timeout, body_decode, truncated.
+    #[arg(long, value_name = "KIND")]
+    transport: Option<String>,
+    /// The error type of an in-stream error event (e.g. overloaded_error).
+    #[arg(long, value_name = "TYPE")]
+    sse_event: Option<String>,
+    /// The number of the attempt that failed (1 = the first); prints the wait before the
+    /// retry under the default interactive policy.
+    #[arg(long, value_name = "N")]
+    attempt: Option<u32>,
+    /// Fix the random draw of the jitter, in [0, 1] (default: random).
+    #[arg(long, value_name = "R", requires = "attempt")]
+    jitter: Option<f64>,
+    /// A folder of user rule files (*.toml) to add to the shipped catalogue.
+    #[arg(long, value_name = "DIR")]
+    catalogue: Option<PathBuf>,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ClassifyArgs {
+    fn has_evidence_flags(&self) -> bool {
+        self.status.is_some()
+            || !self.headers.is_empty()
+            || self.body.is_some()
+            || self.body_file.is_some()
+            || self.transport.is_some()
+            || self.sse_event.is_some()
+    }
+}
+
+pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
+    let draw = match args.jitter {
+        Some(r) if (0.0..=1.0).contains(&r) => Jitter::new(r),
+        Some(r) => return Err(bad_input(format!("--jitter {r} is outside [0, 1]"))),
+        None => Jitter::new(fastrand::f64()),
+    };
+    if args.attempt == Some(0) {
+        return Err(bad_input("--attempt counts from 1 (the first attempt)"));
+    }
+    let catalogue = load_catalogue(args.catalogue.as_deref())?;
+    let evidence = if args.has_evidence_flags() {
+        evidence_from_flags(&args)?
+    } else {
+        if args.provider.is_some() || args.phase.is_some() {
+            return Err(bad_input(
+                "--provider and --phase describe evidence: add --status, --body, --transport or --sse-event, or pipe evidence JSON on stdin",
+            ));
+        }
+        evidence_from_stdin()?
+    };
+    let now = SystemTime::now();
+    let classification = catalogue.classify(&evidence, now);
+    let delay = args.attempt.map(|attempt| {
+        Policy::interactive().retry_delay(&classification, Caller::Session, attempt, draw)
+    });
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let mut report = serde_json::to_value(&classification)?;
+        if let Value::Object(map) = &mut report {
+            if let (Some(attempt), Some(delay)) = (args.attempt, delay) {
+                map.insert("attempt".into(), json!(attempt));
+                map.insert(
+                    "delay_ms".into(),
+                    json!(delay.map(|d| d.as_millis() as u64)),
+                );
+            }
+            map.insert("evidence_excerpt".into(), json!(error_excerpt(&evidence)));
+        }
+        writeln!(out, "{report}")?;
+    } else {
+        write_human(
+            &mut out,
+            &classification,
+            &evidence,
+            args.attempt.zip(delay),
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn load_catalogue(dir: Option<&Path>) -> Result<Catalogue> {
+    let Some(dir) = dir else {
+        return Catalogue::shipped().context("the shipped catalogue does not compile");
+    };
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| bad_input(format!("--catalogue {}: {e}", dir.display())))?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| bad_input(format!("--catalogue {}: {e}", dir.display())))?
+            .path();
+        if path.extension().is_some_and(|x| x == "toml") && path.is_file() {
+            paths.push(path);
+        }
+    }
+    if paths.is_empty() {
+        return Err(bad_input(format!(
+            "--catalogue {}: no *.toml rule files in it",
+            dir.display()
+        )));
+    }
+    paths.sort();
+    let mut sources = Vec::with_capacity(paths.len());
+    for path in paths {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| bad_input(format!("{}: {e}", path.display())))?;
+        sources.push(Source::new(path.display().to_string(), text));
+    }
+    Catalogue::with_user_rules(&sources).map_err(|e| bad_input(e.to_string()))
+}
+
+fn evidence_from_flags(args: &ClassifyArgs) -> Result<Evidence> {
+    let mut evidence = Evidence {
+        provider: args.provider.as_deref().map(str::to_ascii_lowercase),
+        phase: match args.phase.as_deref() {
+            Some("stream") => Phase::Stream,
+            _ => Phase::Setup,
+        },
+        status: args.status,
+        sse_event: args.sse_event.clone(),
+        ..Evidence::default()
+    };
+    if let Some(status) = args.status
+        && !(100..=599).contains(&status)
+    {
+        return Err(bad_input(format!(
+            "--status {status} is not an HTTP status (100-599)"
+        )));
+    }
+    for (index, header) in args.headers.iter().enumerate() {
+        // Never echo the value: it may be a credential.
+        let Some((name, value)) = header.split_once(':') else {
+            return Err(bad_input(format!(
+                "--header #{}: expected 'name: value'",
+                index + 1
+            )));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(bad_input(format!(
+                "--header #{}: the name is not a valid header name",
+                index + 1
+            )));
+        }
+        evidence.headers.insert(name, value);
+    }
+    if let Some(kind) = &args.transport {
+        evidence.transport = Some(TransportKind::parse(kind).ok_or_else(|| {
+            let known: Vec<_> = TransportKind::ALL.iter().map(|k| k.as_str()).collect();
+            bad_input(format!(
+                "--transport {kind}: unknown kind, expected one of {}",
+                known.join(", ")
+            ))
+        })?);
+    }
+    evidence.body = match (&args.body, &args.body_file) {
+        (Some(body), _) => Some(body.clone()),
+        (None, Some(path)) => Some(read_body_file(path)?),
+        (None, None) => None,
+    };
+    Ok(evidence)
+}
+
+/// A serde message without the offending value ("invalid type: string \"…\", expected u16"
+/// becomes "invalid type, expected u16"): the value may be a credential in the wrong place.
+fn without_values(message: &str) -> String {
+    if let Some(start) = message.find("unknown variant `")
+        && let Some(len) = message[start..].find(", expected")
+    {
+        return format!(
+            "{}unknown variant{}",
+            &message[..start],
+            &message[start + len..]
+        );
+    }
+    for kind in ["invalid type: ", "invalid value: "] {
+        if let Some(start) = message.find(kind)
+            && let Some(len) = message[start..].find(", expected")
+        {
+            return format!(
+                "{}{}{}",
+                &message[..start],
+                kind.trim_end_matches([':', ' ']),
+                &message[start + len..]
+            );
+        }
+    }
+    message.to_owned()
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn read_body_file(path: &Path) -> Result<String> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| bad_input(format!("--body-file {}: {e}", path.display())))?;
+    let mut bytes = Vec::new();
+    file.take(INPUT_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad_input(format!("--body-file {}: {e}", path.display())))?;
+    if bytes.len() as u64 > INPUT_LIMIT {
+        return Err(bad_input(format!(
+            "--body-file {}: larger than {} MiB",
+            path.display(),
+            INPUT_LIMIT >> 20
+        )));
+    }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+fn evidence_from_stdin() -> Result<Evidence> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(bad_input(
+            "no evidence: give --status, --header, --body, --transport or --sse-event, or pipe evidence JSON on stdin",
+        ));
+    }
+    let mut bytes = Vec::new();
+    stdin
+        .lock()
+        .take(INPUT_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| bad_input(format!("stdin: {e}")))?;
+    if bytes.len() as u64 > INPUT_LIMIT {
+        return Err(bad_input(format!(
+            "stdin: larger than {} MiB",
+            INPUT_LIMIT >> 20
+        )));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(bad_input(
+            "no evidence: stdin is empty; give flags or pipe evidence JSON",
+        ));
+    }
+    let mut evidence: Evidence = serde_json::from_slice(&bytes).map_err(|e| {
+        bad_input(format!(
+            "stdin: evidence JSON: {}",
+            without_values(&e.to_string())
+        ))
+    })?;
+    if let Some(status) = evidence.status
+        && !(100..=599).contains(&status)
+    {
+        return Err(bad_input(format!(
+            "stdin: evidence JSON: status {status} is not an HTTP status (100-599)"
+        )));
+    }
+    evidence.provider = evidence.provider.map(|p| p.to_ascii_lowercase());
+    Ok(evidence)
+}
+
+/// What rebound does with a failure so classified, in one sentence.
+fn consequence(c: &Classification) -> String {
+    let policy = Policy::interactive();
+    if c.retry_forbidden && c.class().is_some() {
+        return "stops: the provider said x-should-retry: false".to_owned();
+    }
+    match &c.verdict {
+        Verdict::Unclassified(reason) => format!(
+            "stops for manual recovery: unclassified ({}); rebound never guesses",
+            reason.as_str()
+        ),
+        Verdict::Classified(Class::Terminal) => {
+            "stops: repetition cannot repair this failure".to_owned()
+        }
+        Verdict::Classified(Class::Hard) => {
+            "stops: this needs a long reset, a configuration change or a human".to_owned()
+        }
+        Verdict::Classified(class) => {
+            let backoff = policy
+                .for_class(*class)
+                .and_then(|p| p.retry)
+                .map(|r| r.backoff);
+            match backoff {
+                Some(b) => format!(
+                    "retries silently, up to {DEFAULT_RETRIES} times, waiting the server's hint or {} s doubling (capped at {} s)",
+                    b.initial().as_secs(),
+                    b.cap().as_secs()
+                ),
+                None => "stops".to_owned(),
+            }
+        }
+    }
+}
+
+fn write_human(
+    out: &mut impl Write,
+    c: &Classification,
+    evidence: &Evidence,
+    retry: Option<(u32, Option<std::time::Duration>)>,
+) -> Result<()> {
+    let code = c.code.as_ref().map_or("-", |c| c.as_str());
+    writeln!(out, "{} · {code}", c.verdict.label())?;
+    if let Some(rule) = &c.rule_id {
+        writeln!(
+            out,
+            "  rule        {rule} (confidence {})",
+            c.confidence.as_str()
+        )?;
+    }
+    if let Verdict::Unclassified(reason) = &c.verdict {
+        writeln!(out, "  reason      {}", reason.as_str())?;
+    }
+    writeln!(out, "  scope       {}", c.scope.as_str())?;
+    match c.hint {
+        Some(h) => writeln!(
+            out,
+            "  hint        {} ms ({})",
+            h.delay.as_millis(),
+            h.source
+        )?,
+        None => writeln!(out, "  hint        none")?,
+    }
+    if let Some((attempt, delay)) = retry {
+        match delay {
+            Some(d) => writeln!(
+                out,
+                "  retry       after attempt {attempt}: wait {} ms",
+                d.as_millis()
+            )?,
+            None => writeln!(out, "  retry       after attempt {attempt}: none")?,
+        }
+    }
+    writeln!(out, "  rebound     {}", consequence(c))?;
+    writeln!(out, "  catalogue   {}", c.catalogue_version)?;
+    if let Some(excerpt) = error_excerpt(evidence) {
+        let flat: String = excerpt.split_whitespace().collect::<Vec<_>>().join(" ");
+        let shown = rebound_core::evidence::bound_text(&flat, SHOWN_EXCERPT);
+        let more = if shown.len() < flat.len() { "…" } else { "" };
+        writeln!(out, "  evidence    {shown}{more}")?;
+    }
+    Ok(())
+}

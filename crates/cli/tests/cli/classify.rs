@@ -1,0 +1,472 @@
+//! `rebound classify`: the issue's examples, bad input, user rules, and secrets (C2, C4, T3).
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// A canary credential: it must never appear in anything rebound prints.
+const CANARY: &str = "sk-proj-CanaryCanary0123456789CANARY";
+
+fn rebound(args: &[&str], stdin: Option<&str>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rebound starts");
+    {
+        let mut pipe = child.stdin.take().unwrap();
+        if let Some(input) = stdin {
+            pipe.write_all(input.as_bytes()).unwrap();
+        }
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = rebound(args, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn rate_limit_delays_from_the_issue() {
+    let base = ["classify", "--status", "429", "--json", "--attempt"];
+    let v = json(&[&base[..], &["1", "--jitter", "0"]].concat());
+    assert_eq!(v["class"], "rate_limit");
+    assert_eq!(v["code"], "rate_limited");
+    assert_eq!(v["hint_ms"], Value::Null);
+    assert_eq!(v["delay_ms"], 2000);
+    assert_eq!(
+        json(&[&base[..], &["1", "--jitter", "1"]].concat())["delay_ms"],
+        2500
+    );
+    assert_eq!(
+        json(&[&base[..], &["11", "--jitter", "1"]].concat())["delay_ms"],
+        Value::Null
+    );
+    assert_eq!(
+        json(&[&base[..], &["10", "--jitter", "0"]].concat())["delay_ms"],
+        30_000
+    );
+}
+
+#[test]
+fn the_json_object_has_every_documented_field() {
+    let v = json(&[
+        "classify",
+        "--provider",
+        "openai",
+        "--status",
+        "429",
+        "--header",
+        "Retry-After: 7",
+        "--body",
+        r#"{"error":{"message":"Rate limit reached for gpt-4o. Please try again in 20s.","code":"rate_limit_exceeded"}}"#,
+        "--attempt",
+        "2",
+        "--jitter",
+        "0.5",
+        "--json",
+    ]);
+    for field in [
+        "code",
+        "class",
+        "confidence",
+        "rule_id",
+        "catalogue_version",
+        "hint_ms",
+        "delay_ms",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}: {v}");
+    }
+    assert_eq!(v["rule_id"], "openai.rate_limit_exceeded");
+    assert_eq!(v["hint_ms"], 7000);
+    assert_eq!(v["hint_source"], "retry_after_seconds");
+    assert_eq!(v["delay_ms"], 7000);
+}
+
+#[test]
+fn hints_are_capped_in_the_delay_but_shown_whole() {
+    let v = json(&[
+        "classify",
+        "--status",
+        "503",
+        "--header",
+        "retry-after: 120",
+        "--attempt",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(
+        (
+            v["class"].as_str(),
+            v["hint_ms"].as_u64(),
+            v["delay_ms"].as_u64()
+        ),
+        (Some("transient"), Some(120_000), Some(8000))
+    );
+}
+
+#[test]
+fn terminal_and_unclassified_never_get_a_delay() {
+    let v = json(&[
+        "classify",
+        "--status",
+        "400",
+        "--body",
+        r#"{"error":{"code":"context_length_exceeded"}}"#,
+        "--attempt",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(
+        (v["class"].as_str(), &v["delay_ms"]),
+        (Some("terminal"), &Value::Null)
+    );
+    let v = json(&["classify", "--status", "418", "--attempt", "1", "--json"]);
+    assert_eq!(v["class"], "unclassified");
+    assert_eq!(v["unclassified_reason"], "no_rule");
+    assert_eq!(v["delay_ms"], Value::Null);
+}
+
+#[test]
+fn transport_and_stream_flags() {
+    let v = json(&[
+        "classify",
+        "--transport",
+        "connection_reset",
+        "--phase",
+        "stream",
+        "--json",
+    ]);
+    assert_eq!(
+        (v["class"].as_str(), v["phase"].as_str()),
+        (Some("transient"), Some("stream"))
+    );
+    let v = json(&[
+        "classify",
+        "--provider",
+        "anthropic",
+        "--sse-event",
+        "overloaded_error",
+        "--phase",
+        "stream",
+        "--json",
+    ]);
+    assert_eq!(v["rule_id"], "anthropic.stream_overloaded");
+}
+
+#[test]
+fn evidence_json_on_stdin() {
+    let doc = r#"{"provider":"gemini","status":429,"headers":{"X-Goog-Api-Key":"AIzaSyCanary0123456789abcdefghijkl"},
+        "body":"{\"error\":{\"code\":429,\"status\":\"RESOURCE_EXHAUSTED\",\"details\":[{\"retryDelay\":\"17s\"}]}}"}"#;
+    let out = rebound(&["classify", "--json", "--attempt", "1"], Some(doc));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["rule_id"], "gemini.resource_exhausted");
+    assert_eq!(v["hint_ms"], 17_000);
+    assert_eq!(v["delay_ms"], 17_000);
+    assert!(!text(&out.stdout).contains("AIzaSyCanary"));
+}
+
+#[test]
+fn human_output_explains() {
+    let out = rebound(
+        &[
+            "classify",
+            "--status",
+            "529",
+            "--provider",
+            "anthropic",
+            "--body",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            "--attempt",
+            "3",
+        ],
+        None,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(stdout.starts_with("transient · overloaded\n"), "{stdout}");
+    assert!(stdout.contains("anthropic.overloaded"), "{stdout}");
+    assert!(stdout.contains("after attempt 3: wait 4000 ms"), "{stdout}");
+    assert!(stdout.contains("retries silently"), "{stdout}");
+}
+
+fn refused(args: &[&str], stdin: Option<&str>) -> String {
+    let out = rebound(args, stdin);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{args:?}: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{args:?} printed {}",
+        text(&out.stdout)
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.lines().count(),
+        1,
+        "{args:?}: not one line: {stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    assert!(
+        refused(
+            &[
+                "classify",
+                "--status",
+                "429",
+                "--jitter",
+                "2",
+                "--attempt",
+                "1"
+            ],
+            None
+        )
+        .contains("--jitter")
+    );
+    assert!(
+        refused(&["classify", "--status", "429", "--attempt", "0"], None).contains("--attempt")
+    );
+    assert!(refused(&["classify", "--status", "9999"], None).contains("--status"));
+    assert!(refused(&["classify", "--transport", "pigeon"], None).contains("pigeon"));
+    assert!(
+        refused(&["classify", "--phase", "later", "--status", "500"], None).contains("--phase")
+    );
+    assert!(refused(&["classify", "--body", "x", "--body-file", "y"], None).contains("--body"));
+    assert!(
+        refused(
+            &["classify", "--body-file", "/nonexistent/rebound-body"],
+            None
+        )
+        .contains("--body-file")
+    );
+    assert!(refused(&["classify", "--stauts", "429"], None).contains("--stauts"));
+    assert!(refused(&["classify"], Some("")).contains("no evidence"));
+    assert!(refused(&["classify"], Some("{not json")).contains("evidence JSON"));
+    assert!(refused(&["classify"], Some(r#"{"status":"429"}"#)).contains("evidence JSON"));
+    assert!(refused(&["classify"], Some(r#"{"stauts":429}"#)).contains("stauts"));
+    assert!(refused(&["classify"], Some(r#"{"transport":"pigeon"}"#)).contains("unknown variant"));
+    assert!(
+        refused(
+            &[
+                "classify",
+                "--catalogue",
+                "/nonexistent/rebound-rules",
+                "--status",
+                "1"
+            ],
+            None
+        )
+        .contains("--catalogue")
+    );
+}
+
+#[test]
+fn secrets_never_reach_any_output() {
+    let header = format!("Authorization: Bearer {CANARY}");
+    let body = format!(
+        r#"{{"error":{{"message":"Incorrect API key provided: {CANARY}","code":"invalid_api_key"}}}}"#
+    );
+    let runs: Vec<(Vec<String>, Option<String>)> = vec![
+        (
+            vec![
+                "classify".into(),
+                "--status".into(),
+                "401".into(),
+                "--header".into(),
+                header.clone(),
+                "--body".into(),
+                body.clone(),
+            ],
+            None,
+        ),
+        (
+            vec![
+                "classify".into(),
+                "--status".into(),
+                "401".into(),
+                "--header".into(),
+                header.clone(),
+                "--body".into(),
+                body.clone(),
+                "--json".into(),
+            ],
+            None,
+        ),
+        // Error paths: a malformed header carrying the key, a bad flag after it.
+        (
+            vec![
+                "classify".into(),
+                "--header".into(),
+                format!("Bearer {CANARY}"),
+            ],
+            None,
+        ),
+        (
+            vec![
+                "classify".into(),
+                "--header".into(),
+                format!("bad name: {CANARY}"),
+            ],
+            None,
+        ),
+        (
+            vec![
+                "classify".into(),
+                "--status".into(),
+                "401".into(),
+                "--jitter".into(),
+                "7".into(),
+                "--attempt".into(),
+                "1".into(),
+                "--body".into(),
+                body.clone(),
+            ],
+            None,
+        ),
+        (
+            vec!["classify".into(), "--json".into()],
+            Some(format!(
+                r#"{{"status":401,"headers":{{"x-api-key":"{CANARY}"}},"body":{}}}"#,
+                serde_json::to_string(&body).unwrap()
+            )),
+        ),
+        (
+            vec!["classify".into()],
+            Some(format!(r#"{{"status":401,"key":"{CANARY}"}}"#)),
+        ),
+        (
+            vec!["classify".into()],
+            Some(format!(r#"{{"status":401,"body":"{CANARY}"#)),
+        ),
+        (
+            vec!["classify".into()],
+            Some(format!(r#"{{"status":"{CANARY}"}}"#)),
+        ),
+        (
+            vec!["classify".into()],
+            Some(r#"{"status":401,"phase":"CanaryCanary-not-a-key-shape"}"#.to_string()),
+        ),
+        (
+            vec!["classify".into()],
+            Some(r#"{"status":["CanaryCanary-hex-0123"]}"#.to_string()),
+        ),
+        (
+            vec!["classify".into(), "--status".into(), CANARY.into()],
+            None,
+        ),
+        (
+            vec![
+                "classify".into(),
+                "--jitter".into(),
+                "CanaryCanary-plain".into(),
+                "--attempt".into(),
+                "1".into(),
+            ],
+            None,
+        ),
+    ];
+    for (args, stdin) in runs {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = rebound(&args, stdin.as_deref());
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!all.contains("CanaryCanary"), "{args:?} leaked:\n{all}");
+    }
+}
+
+fn rule_dir(name: &str, files: &[(&str, &str)]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rebound-cli-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for (file, text) in files {
+        std::fs::write(dir.join(file), text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn user_rules_extend_the_catalogue() {
+    let dir = rule_dir(
+        "ok",
+        &[(
+            "local.toml",
+            r#"
+[codes.gpu_oom]
+class = "transient"
+description = "The local inference server ran out of GPU memory."
+
+[[rule]]
+id = "local.gpu_oom"
+priority = 90
+status = [500]
+body = '(?i)CUDA out of memory'
+code = "gpu_oom"
+"#,
+        )],
+    );
+    let dir_arg = dir.to_str().unwrap();
+    let v = json(&[
+        "classify",
+        "--catalogue",
+        dir_arg,
+        "--status",
+        "500",
+        "--body",
+        "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "--json",
+    ]);
+    assert_eq!(v["rule_id"], "local.gpu_oom");
+    assert_eq!(v["code"], "gpu_oom");
+    assert_eq!(v["class"], "transient");
+    assert!(
+        v["catalogue_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("2026.11.30+user.")
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_bad_user_rule_is_refused_naming_file_rule_and_field() {
+    let dir = rule_dir(
+        "bad",
+        &[(
+            "broken.toml",
+            "[[rule]]\nid = \"mine.broken\"\npriority = 1\nbody = \"(oops\"\ncode = \"rate_limited\"\n",
+        )],
+    );
+    let stderr = refused(
+        &[
+            "classify",
+            "--catalogue",
+            dir.to_str().unwrap(),
+            "--status",
+            "429",
+        ],
+        None,
+    );
+    assert!(stderr.contains("broken.toml"), "{stderr}");
+    assert!(stderr.contains("mine.broken"), "{stderr}");
+    assert!(stderr.contains("`body`"), "{stderr}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
