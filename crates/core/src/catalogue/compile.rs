@@ -6,7 +6,8 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use regex::{Regex, RegexBuilder, RegexSet, RegexSetBuilder};
+use regex::bytes::{RegexSet, RegexSetBuilder};
+use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
 use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile};
@@ -17,6 +18,9 @@ use crate::hint::HintFormat;
 
 /// The compiled size bound of one regex or of a regex set.
 const REGEX_SIZE_LIMIT: usize = 32 << 20;
+
+/// The lazy DFA cache of a regex set.
+const DFA_CACHE_LIMIT: usize = 2 << 20;
 
 /// One rule file's text and the name errors should use for it.
 #[derive(Clone, Debug)]
@@ -273,11 +277,11 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         field: Some(what.to_owned()),
         message: one_line(&format!("the combined regex set does not compile: {e}")),
     };
-    let body_set = regex_set(&body_patterns).map_err(|e| set_err("body", e))?;
+    let body_set = matcher_set(&body_patterns).map_err(|e| set_err("body", e))?;
     let mut header_slots = Vec::new();
     let mut slot_of: HashMap<String, usize> = HashMap::new();
     for (name, patterns) in header_patterns {
-        let set = regex_set(&patterns).map_err(|e| set_err(&format!("headers.{name}"), e))?;
+        let set = matcher_set(&patterns).map_err(|e| set_err(&format!("headers.{name}"), e))?;
         slot_of.insert(name.clone(), header_slots.len());
         header_slots.push(HeaderSlot { name, set });
     }
@@ -305,10 +309,15 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
     })
 }
 
-fn regex_set(patterns: &[String]) -> Result<RegexSet, regex::Error> {
+/// Matchers run over bytes with ASCII-only classes and case folding: provider messages are
+/// ASCII where it matters, and a byte DFA without Unicode word boundaries never has to give
+/// up and fall back to a slower engine. Literal non-ASCII text (e.g. Chinese relay messages)
+/// still matches as its UTF-8 bytes.
+fn matcher_set(patterns: &[String]) -> Result<RegexSet, regex::Error> {
     RegexSetBuilder::new(patterns)
+        .unicode(false)
         .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(REGEX_SIZE_LIMIT)
+        .dfa_size_limit(DFA_CACHE_LIMIT)
         .build()
 }
 
@@ -316,6 +325,16 @@ fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueEr
     RegexBuilder::new(pattern)
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
+        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
+}
+
+/// Checks one matcher pattern alone, so an error names its rule and field.
+fn matcher(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<(), CatalogueError> {
+    regex::bytes::RegexBuilder::new(pattern)
+        .unicode(false)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map(drop)
         .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
 }
 
@@ -371,11 +390,11 @@ fn compile_rule(
         {
             return Err(ctx.err(Some(&field), "not a header name"));
         }
-        regex(ctx, &field, pattern)?;
+        matcher(ctx, &field, pattern)?;
         headers.push((name.to_ascii_lowercase(), pattern.clone()));
     }
     if let Some(body) = &file.body {
-        regex(ctx, "body", body)?;
+        matcher(ctx, "body", body)?;
     }
     let has_matcher = !status.is_empty()
         || !transport.is_empty()

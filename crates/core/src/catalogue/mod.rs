@@ -1,7 +1,7 @@
 //! The catalogue: provider knowledge as data (C1, C2, C6, C7).
 //!
 //! Rule files (TOML, see `docs/catalogue.md`) are compiled once into a [`Catalogue`]: every
-//! body pattern of every rule goes into one [`regex::RegexSet`], every header pattern into one
+//! body pattern of every rule goes into one [`regex::bytes::RegexSet`], every header pattern into one
 //! set per header name, so classifying evidence scans its text once, however many rules there
 //! are. Cheap matchers (status, provider, phase, transport, event type) run first and the text
 //! scan only happens when a surviving rule needs it.
@@ -19,7 +19,8 @@ use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use regex::{Regex, RegexSet, SetMatches};
+use regex::Regex;
+use regex::bytes::{RegexSet, SetMatches};
 
 pub use compile::{CatalogueError, Source};
 pub use shipped::shipped_sources;
@@ -136,7 +137,7 @@ impl Scan<'_> {
     fn body_matches(&mut self, index: usize) -> bool {
         let (set, text) = (&self.catalogue.body_set, self.text);
         self.body
-            .get_or_insert_with(|| set.matches(text))
+            .get_or_insert_with(|| set.matches(text.as_bytes()))
             .matched(index)
     }
 
@@ -153,7 +154,7 @@ impl Scan<'_> {
                 evidence
                     .headers
                     .get(&header.name)
-                    .map(|value| header.set.matches(value))
+                    .map(|value| header.set.matches(value.as_bytes()))
             })
             .as_ref()
             .is_some_and(|m| m.matched(index))
