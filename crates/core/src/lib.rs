@@ -16,6 +16,41 @@
 //! - [`status`]: the retry status line (R3) and the exhaustion diagnostics (R4).
 //! - [`redact`]: secrets never leave.
 //!
+//! ## Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::{Duration, SystemTime};
+//!
+//! use rebound_core::{
+//!     Action, Caller, Catalogue, Evidence, Failure, Jitter, Policy, Safety, Turn,
+//! };
+//!
+//! let catalogue = Catalogue::shipped()?;
+//! let mut turn = Turn::single(Arc::new(Policy::interactive()), Caller::Session);
+//! let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_050_800);
+//!
+//! let mut evidence = Evidence {
+//!     provider: Some("anthropic".into()),
+//!     status: Some(529),
+//!     body: Some(r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into()),
+//!     ..Evidence::default()
+//! };
+//! evidence.headers.insert("retry-after", "2");
+//! let classification = catalogue.classify(&evidence, now);
+//! assert_eq!(classification.rule_id.as_deref(), Some("anthropic.overloaded"));
+//!
+//! let failure = Failure { evidence: &evidence, classification: &classification, safety: Safety::Replayable };
+//! match turn.on_failure(failure, now, Jitter::new(0.5)) {
+//!     Action::Retry(wait) => {
+//!         assert_eq!(wait.delay, Duration::from_secs(2));
+//!         assert_eq!(wait.status.text(now), "Retrying in 2s · attempt 1/10");
+//!     }
+//!     other => panic!("expected a retry, got {other:?}"),
+//! }
+//! # Ok::<(), rebound_core::CatalogueError>(())
+//! ```
+//!
 //! ## What it must never do
 //! Read a clock, sleep, open a file or a socket, or draw random numbers. Time (`now`) and the
 //! jitter draw come in as parameters (T6), so every decision is a pure function of its inputs
