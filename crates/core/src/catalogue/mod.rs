@@ -28,7 +28,7 @@ pub use shipped::shipped_sources;
 use crate::classification::{
     Class, Classification, Code, Confidence, Scope, UnclassifiedReason, Verdict,
 };
-use crate::evidence::{Evidence, Phase, TransportKind};
+use crate::evidence::{EVIDENCE_TEXT_LIMIT, Evidence, Phase, TransportKind, bound_text};
 use crate::hint::{Hint, HintFormat, HintSource};
 use crate::retry_after::header_hint;
 
@@ -151,10 +151,11 @@ impl Scan<'_> {
         };
         cached
             .get_or_insert_with(|| {
-                evidence
-                    .headers
-                    .get(&header.name)
-                    .map(|value| header.set.matches(value.as_bytes()))
+                evidence.headers.get(&header.name).map(|value| {
+                    header
+                        .set
+                        .matches(bound_text(value, EVIDENCE_TEXT_LIMIT).as_bytes())
+                })
             })
             .as_ref()
             .is_some_and(|m| m.matched(index))
@@ -307,7 +308,7 @@ fn rule_hint(rule: &Rule, evidence: &Evidence, now: SystemTime) -> Option<Hint> 
     rule.hints.iter().find_map(|extractor| {
         let text = match &extractor.from {
             HintFrom::Body => evidence.bounded_text(),
-            HintFrom::Header(name) => evidence.headers.get(name)?,
+            HintFrom::Header(name) => bound_text(evidence.headers.get(name)?, EVIDENCE_TEXT_LIMIT),
         };
         extractor.regex.captures_iter(text).find_map(|caps| {
             let (group, _) = HintFormat::GROUPS

@@ -92,6 +92,39 @@ proptest! {
     }
 
     #[test]
+    fn hint_parsers_never_panic_and_never_exceed_the_bound(value in ".{0,40}", tz in ".{0,8}") {
+        use rebound_core::hint::{HintFormat, MAX_HINT};
+        for (_, format) in HintFormat::GROUPS {
+            if let Some(d) = format.parse(&value, Some(&tz), now()) {
+                prop_assert!(d <= MAX_HINT);
+            }
+        }
+        let headers: rebound_core::Headers =
+            [("retry-after", value.as_str()), ("retry-after-ms", tz.as_str())].into_iter().collect();
+        if let Some(h) = rebound_core::retry_after::header_hint(Some(429), &headers, now()) {
+            prop_assert!(h.delay <= MAX_HINT);
+        }
+    }
+
+    #[test]
+    fn classification_never_panics_on_arbitrary_evidence(
+        status in prop::option::of(any::<u16>()),
+        body in ".{0,300}",
+        header in ".{0,60}",
+        provider in prop::option::of("[a-zA-Z]{0,10}"),
+    ) {
+        let evidence = Evidence {
+            status,
+            body: Some(body),
+            provider,
+            headers: [("retry-after", header.as_str()), ("x-should-retry", header.as_str())].into_iter().collect(),
+            ..Evidence::default()
+        };
+        let c = CATALOGUE.classify(&evidence, now());
+        prop_assert_eq!(c.class().is_none(), matches!(c.verdict, rebound_core::Verdict::Unclassified(_)));
+    }
+
+    #[test]
     fn attempt_numbering_is_one_based(retry in 0u32..64) {
         let p = Policy::interactive().transient;
         let d = p.retry_delay(Caller::Session, retry, None, Jitter::NONE);
