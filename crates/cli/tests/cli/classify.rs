@@ -286,103 +286,60 @@ fn secrets_never_reach_any_output() {
     let body = format!(
         r#"{{"error":{{"message":"Incorrect API key provided: {CANARY}","code":"invalid_api_key"}}}}"#
     );
+    let with_flags = |extra: &[&str]| -> Vec<String> {
+        [
+            "classify", "--status", "401", "--header", &header, "--body", &body,
+        ]
+        .iter()
+        .chain(extra)
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let plain = |args: &[&str]| -> Vec<String> { args.iter().map(|s| s.to_string()).collect() };
+    let key_header = format!("Bearer {CANARY}");
+    let bad_name = format!("bad name: {CANARY}");
+    let stdin_doc = format!(
+        r#"{{"status":401,"headers":{{"x-api-key":"{CANARY}"}},"body":{}}}"#,
+        serde_json::to_string(&body).unwrap()
+    );
     let runs: Vec<(Vec<String>, Option<String>)> = vec![
+        (with_flags(&[]), None),
+        (with_flags(&["--json"]), None),
+        // Error paths: a malformed header carrying the key, a bad flag next to it.
+        (plain(&["classify", "--header", &key_header]), None),
+        (plain(&["classify", "--header", &bad_name]), None),
+        (with_flags(&["--jitter", "7", "--attempt", "1"]), None),
+        (plain(&["classify", "--status", CANARY]), None),
         (
-            vec![
-                "classify".into(),
-                "--status".into(),
-                "401".into(),
-                "--header".into(),
-                header.clone(),
-                "--body".into(),
-                body.clone(),
-            ],
+            plain(&[
+                "classify",
+                "--jitter",
+                "CanaryCanary-plain",
+                "--attempt",
+                "1",
+            ]),
             None,
         ),
+        (plain(&["classify", "--json"]), Some(stdin_doc)),
         (
-            vec![
-                "classify".into(),
-                "--status".into(),
-                "401".into(),
-                "--header".into(),
-                header.clone(),
-                "--body".into(),
-                body.clone(),
-                "--json".into(),
-            ],
-            None,
-        ),
-        // Error paths: a malformed header carrying the key, a bad flag after it.
-        (
-            vec![
-                "classify".into(),
-                "--header".into(),
-                format!("Bearer {CANARY}"),
-            ],
-            None,
-        ),
-        (
-            vec![
-                "classify".into(),
-                "--header".into(),
-                format!("bad name: {CANARY}"),
-            ],
-            None,
-        ),
-        (
-            vec![
-                "classify".into(),
-                "--status".into(),
-                "401".into(),
-                "--jitter".into(),
-                "7".into(),
-                "--attempt".into(),
-                "1".into(),
-                "--body".into(),
-                body.clone(),
-            ],
-            None,
-        ),
-        (
-            vec!["classify".into(), "--json".into()],
-            Some(format!(
-                r#"{{"status":401,"headers":{{"x-api-key":"{CANARY}"}},"body":{}}}"#,
-                serde_json::to_string(&body).unwrap()
-            )),
-        ),
-        (
-            vec!["classify".into()],
+            plain(&["classify"]),
             Some(format!(r#"{{"status":401,"key":"{CANARY}"}}"#)),
         ),
         (
-            vec!["classify".into()],
+            plain(&["classify"]),
             Some(format!(r#"{{"status":401,"body":"{CANARY}"#)),
         ),
         (
-            vec!["classify".into()],
+            plain(&["classify"]),
             Some(format!(r#"{{"status":"{CANARY}"}}"#)),
         ),
         (
-            vec!["classify".into()],
+            plain(&["classify"]),
             Some(r#"{"status":401,"phase":"CanaryCanary-not-a-key-shape"}"#.to_string()),
         ),
         (
-            vec!["classify".into()],
+            plain(&["classify"]),
             Some(r#"{"status":["CanaryCanary-hex-0123"]}"#.to_string()),
-        ),
-        (
-            vec!["classify".into(), "--status".into(), CANARY.into()],
-            None,
-        ),
-        (
-            vec![
-                "classify".into(),
-                "--jitter".into(),
-                "CanaryCanary-plain".into(),
-                "--attempt".into(),
-                "1".into(),
-            ],
-            None,
         ),
     ];
     for (args, stdin) in runs {
