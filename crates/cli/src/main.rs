@@ -3,6 +3,7 @@
 //! The binary is thin: it parses arguments, reads files and standard input, and prints.
 //! Every decision comes from `rebound-core`.
 
+mod chaos;
 mod classify;
 
 use std::io::Write;
@@ -43,6 +44,8 @@ struct Cli {
 enum Command {
     /// Explain a provider failure: its code, class, rule, timing hint and the wait before a retry.
     Classify(classify::ClassifyArgs),
+    /// Run a fault-injecting upstream that speaks OpenAI and Anthropic, for testing recovery.
+    Chaos(chaos::ChaosArgs),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Classify(args) => classify::run(args),
+        Command::Chaos(args) => chaos::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,260 @@
+//! Fault scripts: what the upstream does to the n-th request of a key.
+//!
+//! A script is a comma-separated list of steps, one per request, e.g.
+//! `502, 429+retry-after-ms:300, cut-after-3-chunks, ok`. Requests past the end of the script
+//! are answered normally.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The longest stall a step may ask for.
+pub const MAX_STALL: Duration = Duration::from_secs(600);
+
+/// How long `stall` waits when the step names no duration.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(30);
+
+/// One request's fate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// A normal answer.
+    Ok,
+    /// An error status with a body shaped like the protocol's own, plus extra headers.
+    /// `context` is the protocol's context-overflow 400.
+    Status {
+        /// The HTTP status.
+        status: u16,
+        /// `context`: the context-length 400 instead of the generic body for 400.
+        context: bool,
+        /// Extra response headers (`retry-after`, `retry-after-ms`, `x-should-retry` …).
+        headers: Vec<(String, String)>,
+    },
+    /// Close the connection before any response byte.
+    Reset,
+    /// Wait this long before the response headers.
+    Stall(Duration),
+    /// Stream this many content chunks, then cut the connection.
+    CutAfter(usize),
+    /// Stream this many content chunks, then go quiet for this long.
+    StallAfter(usize, Duration),
+    /// Stream this many content chunks, then send the protocol's in-stream error event with
+    /// this error type (`overloaded_error`, `api_error`, `server_error`, `rate_limit_error` …).
+    ErrorAfter(usize, String),
+    /// Stream this many content chunks, then bytes that are not SSE.
+    MalformedAfter(usize),
+}
+
+/// A step that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("chaos step {index} `{step}`: {reason}")]
+pub struct ScriptError {
+    /// 1-based position in the script.
+    pub index: usize,
+    /// The step's text.
+    pub step: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Parses a whole script.
+pub fn parse_script(script: &str) -> Result<Vec<Step>, ScriptError> {
+    script
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .enumerate()
+        .map(|(i, step)| {
+            parse_step(step).map_err(|reason| ScriptError {
+                index: i + 1,
+                step: step.to_owned(),
+                reason,
+            })
+        })
+        .collect()
+}
+
+fn parse_count(text: &str) -> Result<usize, String> {
+    let digits = text.strip_suffix("-chunks").unwrap_or(text);
+    let digits = digits.strip_suffix("-chunk").unwrap_or(digits);
+    digits
+        .parse()
+        .map_err(|_| format!("`{text}` is not a chunk count"))
+}
+
+fn parse_ms(text: &str) -> Result<Duration, String> {
+    let ms: u64 = text
+        .trim_end_matches("ms")
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration in milliseconds"))?;
+    let d = Duration::from_millis(ms);
+    if d > MAX_STALL {
+        return Err(format!("stalls are at most {} s", MAX_STALL.as_secs()));
+    }
+    Ok(d)
+}
+
+/// Parses one step.
+pub fn parse_step(step: &str) -> Result<Step, String> {
+    let step = step.trim();
+    match step {
+        "ok" => return Ok(Step::Ok),
+        "reset" => return Ok(Step::Reset),
+        "stall" => return Ok(Step::Stall(DEFAULT_STALL)),
+        _ => {}
+    }
+    if let Some(ms) = step.strip_prefix("stall:") {
+        return parse_ms(ms).map(Step::Stall);
+    }
+    if let Some(rest) = step.strip_prefix("cut-after-") {
+        return parse_count(rest).map(Step::CutAfter);
+    }
+    if let Some(rest) = step.strip_prefix("stall-after-") {
+        let (count, ms) = match rest.split_once(':') {
+            Some((count, ms)) => (count, Some(ms)),
+            None => (rest, None),
+        };
+        let stall = ms.map_or(Ok(DEFAULT_STALL), parse_ms)?;
+        return Ok(Step::StallAfter(parse_count(count)?, stall));
+    }
+    if let Some(rest) = step.strip_prefix("error-after-") {
+        let (count, kind) = match rest.split_once(':') {
+            Some((count, kind)) => (count, kind),
+            None => (rest, "overloaded_error"),
+        };
+        if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(format!("`{kind}` is not an error type"));
+        }
+        return Ok(Step::ErrorAfter(parse_count(count)?, kind.to_owned()));
+    }
+    if let Some(rest) = step.strip_prefix("malformed-after-") {
+        return parse_count(rest).map(Step::MalformedAfter);
+    }
+    let mut parts = step.split('+');
+    let head = parts.next().unwrap_or_default();
+    let (status, context) = match head {
+        "context" => (400, true),
+        _ => match head.parse::<u16>() {
+            Ok(s) if (400..=599).contains(&s) => (s, false),
+            _ => {
+                return Err(
+                    "expected ok, reset, stall[:MS], a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE] or malformed-after-N"
+                        .to_owned(),
+                );
+            }
+        },
+    };
+    let headers = parts
+        .map(|h| {
+            let (name, value) = h
+                .split_once(':')
+                .ok_or_else(|| format!("`+{h}` is not `+name:value`"))?;
+            let name = name.trim().to_ascii_lowercase();
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+                return Err(format!("`{name}` is not a header name"));
+            }
+            Ok((name, value.trim().to_owned()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Step::Status {
+        status,
+        context,
+        headers,
+    })
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::Ok => f.write_str("ok"),
+            Step::Status {
+                status,
+                context,
+                headers,
+            } => {
+                if *context {
+                    f.write_str("context")?;
+                } else {
+                    write!(f, "{status}")?;
+                }
+                headers.iter().try_for_each(|(n, v)| write!(f, "+{n}:{v}"))
+            }
+            Step::Reset => f.write_str("reset"),
+            Step::Stall(d) => write!(f, "stall:{}", d.as_millis()),
+            Step::CutAfter(n) => write!(f, "cut-after-{n}-chunks"),
+            Step::StallAfter(n, d) => write!(f, "stall-after-{n}:{}", d.as_millis()),
+            Step::ErrorAfter(n, kind) => write!(f, "error-after-{n}:{kind}"),
+            Step::MalformedAfter(n) => write!(f, "malformed-after-{n}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let steps = parse_script("502, 429+retry-after-ms:300, cut-after-3-chunks, ok").unwrap();
+        assert_eq!(
+            steps,
+            vec![
+                Step::Status {
+                    status: 502,
+                    context: false,
+                    headers: vec![]
+                },
+                Step::Status {
+                    status: 429,
+                    context: false,
+                    headers: vec![("retry-after-ms".into(), "300".into())]
+                },
+                Step::CutAfter(3),
+                Step::Ok,
+            ]
+        );
+        let text: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text.join(", "),
+            "502, 429+retry-after-ms:300, cut-after-3-chunks, ok"
+        );
+    }
+
+    #[test]
+    fn every_step_kind() {
+        assert_eq!(parse_step("reset"), Ok(Step::Reset));
+        assert_eq!(
+            parse_step("stall:250"),
+            Ok(Step::Stall(Duration::from_millis(250)))
+        );
+        assert_eq!(
+            parse_step("stall-after-2:100"),
+            Ok(Step::StallAfter(2, Duration::from_millis(100)))
+        );
+        assert_eq!(
+            parse_step("error-after-0"),
+            Ok(Step::ErrorAfter(0, "overloaded_error".into()))
+        );
+        assert_eq!(
+            parse_step("error-after-3:server_error"),
+            Ok(Step::ErrorAfter(3, "server_error".into()))
+        );
+        assert_eq!(parse_step("malformed-after-1"), Ok(Step::MalformedAfter(1)));
+        assert!(matches!(
+            parse_step("context"),
+            Ok(Step::Status {
+                status: 400,
+                context: true,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn bad_steps_name_their_position() {
+        let e = parse_script("ok, 200, ok").unwrap_err();
+        assert_eq!((e.index, e.step.as_str()), (2, "200"));
+        assert!(parse_step("429+retry-after").is_err());
+        assert!(parse_step("cut-after-x").is_err());
+        assert!(parse_step("stall:99999999").is_err());
+        assert!(parse_step("error-after-1:bad type").is_err());
+    }
+}

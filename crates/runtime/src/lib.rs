@@ -1,0 +1,1 @@
+//! rebound-runtime: the async driver (in progress).
