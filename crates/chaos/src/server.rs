@@ -460,6 +460,7 @@ fn answer(
         let first = Bytes::copy_from_slice(&body.as_bytes()[..half]);
         tokio::spawn(async move {
             let _ = tx.send(Ok(Frame::data(first))).await;
+            flush_pause().await;
             let _ = tx
                 .send(Err(std::io::Error::new(
                     std::io::ErrorKind::ConnectionReset,
@@ -508,6 +509,7 @@ fn answer(
         }
         match fault {
             Some(Step::CutAfter(_)) => {
+                flush_pause().await;
                 let _ = tx
                     .send(Err(std::io::Error::new(
                         std::io::ErrorKind::ConnectionReset,
@@ -530,6 +532,7 @@ fn answer(
                         .to_owned(),
                 )
                 .await;
+                flush_pause().await;
                 let _ = tx
                     .send(Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,
@@ -554,6 +557,12 @@ fn answer(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// hyper writes what the body produced when the body next waits; a cut that follows its
+/// chunks at once could abort the connection before they left. This pause lets them go.
+async fn flush_pause() {
+    tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
 /// A response body fed by a channel; an `Err` aborts the response mid-body.

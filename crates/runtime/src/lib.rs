@@ -1,1 +1,75 @@
-//! rebound-runtime: the async driver (in progress).
+//! # rebound-runtime
+//!
+//! The async layer an agent runtime embeds. It sends one model request through a provider
+//! (OpenAI Chat Completions or Anthropic Messages, streaming or not); when the request fails
+//! it asks `rebound-core` what to do, waits (abortably), replays only the failed request, and
+//! tells the caller what it is doing.
+//!
+//! ## What it owns
+//! - [`http`]: the one HTTP client, with rustls, pooling and timeouts, and no retries of its
+//!   own (B5); transport failures become evidence.
+//! - [`provider`]: the two protocols: requests, complete answers, stream items and the commit
+//!   point.
+//! - [`sse`]: server-sent-events framing.
+//! - [`driver`]: the [`Runtime`] (client, catalogue, one policy object, clock, jitter) and
+//!   the [`TurnDriver`] that runs one request at a time.
+//! - [`event`]: what the caller hears: text, discard, retrying, fallback, error, end.
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use rebound_runtime::{Event, Protocol, Provider, Runtime};
+//! use serde_json::json;
+//! use tokio_util::sync::CancellationToken;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let runtime = Runtime::interactive()?;
+//! let provider = Provider {
+//!     protocol: Protocol::Anthropic,
+//!     base_url: "https://api.anthropic.com".into(),
+//!     api_key: std::env::var("ANTHROPIC_API_KEY").ok(),
+//!     model: "claude-sonnet-4-5".into(),
+//!     name: "anthropic".into(),
+//! };
+//! let mut turn = runtime.session(vec![provider]);
+//! let mut on_event = |event: Event| match event {
+//!     Event::Text { text, .. } => print!("{text}"),
+//!     Event::Discard { .. } => println!("\n[discarding a broken partial answer]"),
+//!     Event::Retrying { status, .. } => println!("{}", status.text(status.since)),
+//!     _ => {}
+//! };
+//! let body = json!({"messages": [{"role": "user", "content": "Hello"}]});
+//! let response = turn.request(&body, true, &mut on_event, &CancellationToken::new()).await?;
+//! println!("\n{} tool calls", response.tool_calls.len());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Stream framing is usable on its own:
+//!
+//! ```
+//! use rebound_runtime::sse::SseFramer;
+//!
+//! let mut framer = SseFramer::new();
+//! assert!(framer.push(b"event: ping\ndata: {}").unwrap().is_empty());
+//! let events = framer.push(b"\n\n").unwrap();
+//! assert_eq!(events[0].event, "ping");
+//! ```
+//!
+//! ## What it must never do
+//! Retry anywhere but in the driver's loop; re-send an earlier step of a turn (so a completed
+//! tool call never runs twice); emit more than one terminal error or end per request; keep
+//! sending after an abort.
+
+pub mod driver;
+pub mod event;
+pub mod http;
+pub mod provider;
+pub mod sse;
+
+pub use driver::{
+    Clock, Runtime, Sleeper, SystemClock, TokioSleeper, TurnDriver, TurnError, VirtualTime,
+};
+pub use event::{Event, EventSink, Outcome};
+pub use http::{HttpClient, Timeouts};
+pub use provider::{ModelResponse, Protocol, Provider, ToolCall};

@@ -1,0 +1,169 @@
+//! The one HTTP client under rebound: rustls, connection pooling, timeouts, and no retries of
+//! its own (B5).
+//!
+//! hyper-util's pooled client re-sends a request whose reused connection was closed before
+//! the request went out (`retry_canceled_requests`). That is a nested retry loop rebound
+//! cannot see or count, so it is switched off here; every attempt is the runtime's decision.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use rebound_core::TransportKind;
+
+/// Timeouts of one attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Establishing the TCP (and TLS) connection.
+    pub connect: Duration,
+    /// From sending the request to the response headers. Non-streaming completions send
+    /// their headers only when the whole answer is ready, so this is generous.
+    pub first_byte: Duration,
+    /// The longest quiet gap between two pieces of a response body (stream events).
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(600),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A failure below HTTP, as evidence needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransportFailure {
+    /// What kind.
+    pub kind: TransportKind,
+    /// The client's message (may be redacted before it is shown).
+    pub message: String,
+}
+
+/// The shared client.
+#[derive(Clone, Debug)]
+pub struct HttpClient {
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    timeouts: Timeouts,
+}
+
+impl HttpClient {
+    /// A client with these timeouts, trusting the webpki root certificates.
+    pub fn new(timeouts: Timeouts) -> Result<Self, rustls::Error> {
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(timeouts.connect));
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .retry_canceled_requests(false)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build(https);
+        Ok(HttpClient { client, timeouts })
+    }
+
+    /// The timeouts.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// Sends one request and waits for the response headers, at most `first_byte`.
+    pub async fn send(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<http::Response<Incoming>, TransportFailure> {
+        match tokio::time::timeout(self.timeouts.first_byte, self.client.request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(classify_client_error(&e)),
+            Err(_) => Err(TransportFailure {
+                kind: TransportKind::Timeout,
+                message: format!(
+                    "no response within {} s",
+                    self.timeouts.first_byte.as_secs_f64()
+                ),
+            }),
+        }
+    }
+}
+
+/// The error and its sources, joined.
+pub fn error_chain(e: &(dyn StdError + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
+}
+
+fn io_kind(e: &(dyn StdError + 'static)) -> Option<std::io::ErrorKind> {
+    let mut source: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        source = s.source();
+    }
+    None
+}
+
+fn classify_client_error(e: &hyper_util::client::legacy::Error) -> TransportFailure {
+    let message = error_chain(e);
+    let lower = message.to_ascii_lowercase();
+    let kind = if e.is_connect() {
+        match io_kind(e) {
+            Some(std::io::ErrorKind::ConnectionRefused) => TransportKind::ConnectionRefused,
+            Some(std::io::ErrorKind::TimedOut) => TransportKind::ConnectTimeout,
+            _ if lower.contains("dns error") || lower.contains("failed to lookup") => {
+                TransportKind::Dns
+            }
+            _ if lower.contains("tls")
+                || lower.contains("certificate")
+                || lower.contains("handshake") =>
+            {
+                TransportKind::Tls
+            }
+            _ if lower.contains("timed out") => TransportKind::ConnectTimeout,
+            _ => TransportKind::ConnectionRefused,
+        }
+    } else if lower.contains("timed out") {
+        TransportKind::Timeout
+    } else {
+        // "connection closed before message completed", resets, broken pipes.
+        TransportKind::ConnectionReset
+    };
+    TransportFailure { kind, message }
+}
+
+/// The kind of a failure while reading a response body.
+pub fn body_failure(e: &hyper::Error) -> TransportFailure {
+    let message = error_chain(e);
+    let kind = if e.is_incomplete_message() || io_kind(e).is_some() || e.is_body_write_aborted() {
+        TransportKind::Truncated
+    } else if e.is_timeout() {
+        TransportKind::IdleTimeout
+    } else if e.is_parse() {
+        TransportKind::BodyDecode
+    } else {
+        TransportKind::Truncated
+    };
+    TransportFailure { kind, message }
+}
