@@ -96,7 +96,7 @@ pub fn reply(protocol: Protocol, request: &Value) -> Reply {
     }
     let said: String = last_text.chars().take(200).collect();
     let text = if last_is_tool_result {
-        format!("The tool answered: {said}. Done.")
+        format!("The tool answered: {}. Done.", said.trim_end_matches('.'))
     } else {
         format!("Hello from rebound chaos. You said: {said}")
     };
