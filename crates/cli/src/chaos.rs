@@ -65,15 +65,17 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
         let chaos = Chaos::start(args.listen, config)
             .await
             .map_err(|e| bad_input(format!("--listen {}: {e}", args.listen)))?;
+        // The banner is a courtesy: a closed stdout must not stop the server.
         let mut out = std::io::stdout().lock();
-        writeln!(
+        let _ = writeln!(
             out,
             "rebound chaos listening on {}\n  OpenAI base URL     {}\n  Anthropic base URL  {}\n  attempts            GET http://{}/chaos/attempts",
             chaos.addr(),
             chaos.openai_base_url(),
             chaos.anthropic_base_url(),
             chaos.addr()
-        )?;
+        );
+        let _ = out.flush();
         drop(out);
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         chaos.shutdown().await;

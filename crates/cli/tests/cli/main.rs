@@ -7,4 +7,5 @@
     reason = "test code fails loudly"
 )]
 
+mod chaos;
 mod classify;

@@ -1,0 +1,107 @@
+//! `rebound chaos` as a user starts it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+
+fn http(addr: &str, request: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => response.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&response)),
+        }
+    }
+    String::from_utf8(response).unwrap()
+}
+
+#[test]
+fn serves_scripts_and_counts_attempts() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args([
+            "chaos",
+            "--listen",
+            "127.0.0.1:0",
+            "--chunk-delay-ms",
+            "0",
+            "--script",
+            "default=503+retry-after:1, ok",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Keep reading the banner's pipe open, as a terminal would.
+    let mut banner = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    banner.read_line(&mut first).unwrap();
+    let addr = first.trim().rsplit(' ').next().unwrap().to_owned();
+    let body = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+    let post = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let failed = http(&addr, &post);
+    assert!(failed.starts_with("HTTP/1.1 503"), "{failed}");
+    assert!(failed.contains("retry-after: 1"), "{failed}");
+    let ok = http(&addr, &post);
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    assert!(
+        ok.contains("Hello from rebound chaos. You said: hi"),
+        "{ok}"
+    );
+    let counts = http(
+        &addr,
+        "GET /chaos/attempts HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(counts.ends_with(r#"{"default":2}"#), "{counts}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    drop(banner);
+}
+
+#[test]
+fn a_closed_stdout_does_not_stop_the_server() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["chaos", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first.trim().rsplit(' ').next().unwrap().to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
+    let models = http(
+        &addr,
+        "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(models.contains("chaos-1"), "{models}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_bad_script_is_refused_with_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args([
+            "chaos",
+            "--listen",
+            "127.0.0.1:0",
+            "--script",
+            "default=ok, 200",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("step 2 `200`"), "{stderr}");
+}
