@@ -14,6 +14,9 @@ pub struct SseEvent {
     pub event: String,
     /// The joined `data:` lines.
     pub data: String,
+    /// The stream offset just past this event's terminating blank line: every byte before
+    /// it belongs to this or an earlier event. Lets a proxy forward whole events untouched.
+    pub end: u64,
 }
 
 /// A broken stream.
@@ -31,6 +34,8 @@ pub enum SseError {
 #[derive(Debug, Default)]
 pub struct SseFramer {
     buffer: Vec<u8>,
+    /// Stream offset of `buffer[0]`.
+    base: u64,
     current: SseEvent,
     has_data: bool,
 }
@@ -62,7 +67,8 @@ impl SseFramer {
                 } else {
                     i + 1
                 };
-                if let Some(event) = self.line(&line) {
+                if let Some(mut event) = self.line(&line) {
+                    event.end = self.base + next as u64;
                     events.push(event);
                 }
                 start = next;
@@ -72,6 +78,7 @@ impl SseFramer {
             i += 1;
         }
         self.buffer.drain(..start);
+        self.base += start as u64;
         if self.buffer.len() + self.current.data.len() > MAX_EVENT {
             return Err(SseError::TooLarge);
         }
@@ -130,6 +137,15 @@ mod tests {
         for cut in 0..text.len() {
             assert_eq!(all(&[&text[..cut], &text[cut..]]), whole, "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn event_ends_are_stream_offsets() {
+        let mut framer = SseFramer::new();
+        let first = framer.push(b"data: a\n\nda").unwrap();
+        assert_eq!(first[0].end, 9);
+        let second = framer.push(b"ta: b\n\n").unwrap();
+        assert_eq!(second[0].end, 18);
     }
 
     #[test]
