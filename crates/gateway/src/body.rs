@@ -1,0 +1,152 @@
+//! Reading just enough of a request body: the top-level `model` and `stream`, and rewriting
+//! `model` in place so every other byte is forwarded untouched (G1).
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use serde::Deserialize;
+
+/// What the gateway needs to know about a request.
+#[derive(Debug, Deserialize)]
+pub struct Peek<'a> {
+    /// The model asked for.
+    #[serde(borrow)]
+    pub model: Option<Cow<'a, str>>,
+    /// Whether the client wants a stream.
+    #[serde(default)]
+    pub stream: Option<bool>,
+}
+
+/// Parses the body as JSON (all of it: malformed JSON is refused) and peeks at it.
+pub fn peek(body: &[u8]) -> Result<Peek<'_>, serde_json::Error> {
+    serde_json::from_slice(body)
+}
+
+/// The byte range of the top-level `"model"` value (a JSON string, quotes included) in a
+/// body already known to be valid JSON.
+pub fn model_span(body: &[u8]) -> Option<Range<usize>> {
+    let mut i = skip_ws(body, 0);
+    if body.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(body, i);
+        if body.get(i) == Some(&b'}') {
+            return None;
+        }
+        let key = string_end(body, i)?;
+        let is_model = &body[i..key] == b"\"model\"";
+        i = skip_ws(body, key);
+        if body.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(body, i + 1);
+        let end = value_end(body, i)?;
+        if is_model {
+            return (body.get(i) == Some(&b'"')).then_some(i..end);
+        }
+        i = skip_ws(body, end);
+        match body.get(i) {
+            Some(b',') => i += 1,
+            _ => return None,
+        }
+    }
+}
+
+/// `body` with its top-level model replaced by `model`; every other byte kept.
+pub fn rewrite_model(body: &[u8], model: &str) -> Option<Vec<u8>> {
+    let span = model_span(body)?;
+    let quoted = serde_json::to_string(model).ok()?;
+    let mut out = Vec::with_capacity(body.len() + quoted.len());
+    out.extend_from_slice(&body[..span.start]);
+    out.extend_from_slice(quoted.as_bytes());
+    out.extend_from_slice(&body[span.end..]);
+    Some(out)
+}
+
+fn skip_ws(body: &[u8], mut i: usize) -> usize {
+    while body.get(i).is_some_and(|b| b.is_ascii_whitespace()) {
+        i += 1;
+    }
+    i
+}
+
+/// The index after a JSON string starting at `i`.
+fn string_end(body: &[u8], i: usize) -> Option<usize> {
+    if body.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    while let Some(&b) = body.get(j) {
+        match b {
+            b'\\' => j += 2,
+            b'"' => return Some(j + 1),
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// The index after the JSON value starting at `i`.
+fn value_end(body: &[u8], i: usize) -> Option<usize> {
+    match body.get(i)? {
+        b'"' => string_end(body, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            while let Some(&b) = body.get(j) {
+                match b {
+                    b'"' => {
+                        j = string_end(body, j)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+            None
+        }
+        _ => {
+            let mut j = i;
+            while body
+                .get(j)
+                .is_some_and(|b| !matches!(b, b',' | b'}' | b']') && !b.is_ascii_whitespace())
+            {
+                j += 1;
+            }
+            Some(j)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rewrites_only_the_top_level_model() {
+        let body = br#"{ "messages": [{"role":"user","content":"model \"x\""}], "metadata": {"model": "inner"},
+  "model" : "gpt-4o",   "stream": true }"#;
+        let out = rewrite_model(body, "gpt-4o-mini").unwrap();
+        let expected = String::from_utf8_lossy(body).replace("\"gpt-4o\"", "\"gpt-4o-mini\"");
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        let peeked = peek(body).unwrap();
+        assert_eq!(peeked.model.as_deref(), Some("gpt-4o"));
+        assert_eq!(peeked.stream, Some(true));
+    }
+
+    #[test]
+    fn no_model_no_rewrite() {
+        assert!(rewrite_model(br#"{"messages": []}"#, "m").is_none());
+        assert!(rewrite_model(br#"{"model": 5}"#, "m").is_none());
+        assert!(rewrite_model(br#"[1]"#, "m").is_none());
+    }
+}

@@ -1,0 +1,728 @@
+//! The gateway's configuration: one TOML file (see `docs/gateway.md`), compiled into a
+//! validated [`Config`]. Every error names the file, the table and the key.
+
+use std::collections::{BTreeMap, HashSet};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rebound_core::backoff::Backoff;
+use rebound_core::policy::{ClassPolicy, Exhausted, Limit, RetryPolicy};
+use rebound_core::{Class, Policy};
+use rebound_runtime::Protocol;
+use serde::Deserialize;
+
+/// The default request body limit.
+pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
+
+/// The embedded default, used without a config file.
+pub const DEFAULT_CONFIG: &str = r#"
+listen = "127.0.0.1:8080"
+
+[[candidate]]
+id = "openai"
+protocol = "openai"
+base_url = "https://api.openai.com/v1"
+api_key_env = "OPENAI_API_KEY"
+
+[[candidate]]
+id = "anthropic"
+protocol = "anthropic"
+base_url = "https://api.anthropic.com"
+api_key_env = "ANTHROPIC_API_KEY"
+
+[[route]]
+id = "default"
+models = ["*"]
+candidates = ["openai", "anthropic"]
+"#;
+
+/// A configuration that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub struct ConfigError {
+    /// The file (or `embedded default`).
+    pub file: String,
+    /// The key, as a dotted path (`candidate.openai.base_url`).
+    pub key: Option<String>,
+    /// What is wrong, on one line.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.key {
+            Some(key) => write!(f, "{}: `{key}`: {}", self.file, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    listen: Option<String>,
+    #[serde(default)]
+    gateway_key_envs: Vec<String>,
+    body_limit_bytes: Option<usize>,
+    #[serde(default)]
+    policy: PolicyFile,
+    #[serde(default)]
+    candidate: Vec<CandidateFile>,
+    #[serde(default)]
+    route: Vec<RouteFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    /// `interactive` (default) or `skip`.
+    preset: Option<String>,
+    rate_limit: Option<ClassPolicyFile>,
+    transient: Option<ClassPolicyFile>,
+    hard: Option<ClassPolicyFile>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClassPolicyFile {
+    reset_wait_max_ms: Option<u64>,
+    retries: Option<RetriesFile>,
+    initial_ms: Option<u64>,
+    cap_ms: Option<u64>,
+    jitter: Option<f64>,
+    exhausted: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum RetriesFile {
+    Count(u32),
+    Word(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CandidateFile {
+    id: String,
+    protocol: String,
+    base_url: String,
+    api_key_env: Option<String>,
+    model: Option<String>,
+    provider: Option<String>,
+    #[serde(default)]
+    policy: PolicyFile,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteFile {
+    id: String,
+    models: Vec<String>,
+    candidates: Vec<String>,
+}
+
+/// One upstream that can serve a request.
+#[derive(Clone)]
+pub struct Candidate {
+    /// Its id.
+    pub id: String,
+    /// Its protocol.
+    pub protocol: Protocol,
+    /// Base URL, as the official SDKs take it.
+    pub base_url: String,
+    /// The key from the environment; `None` forwards the client's key (when gateway keys are
+    /// off) or sends none.
+    pub api_key: Option<String>,
+    /// The model it serves; rewrites the request's `model`.
+    pub model: Option<String>,
+    /// The provider name the catalogue knows.
+    pub provider: String,
+    /// Its per-class policy (D1).
+    pub policy: Arc<Policy>,
+}
+
+impl fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Candidate")
+            .field("id", &self.id)
+            .field("protocol", &self.protocol)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("model", &self.model)
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A model pattern → ordered candidates.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Its id, reported in `x-rebound-route-id`.
+    pub id: String,
+    /// Model names or `*` patterns.
+    pub models: Vec<String>,
+    /// Candidates, in order.
+    pub candidates: Vec<Arc<Candidate>>,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Accepted client keys; empty means none are required (loopback only).
+    pub gateway_keys: Vec<String>,
+    /// The request body limit.
+    pub body_limit: usize,
+    /// Routes, in order.
+    pub routes: Vec<Route>,
+}
+
+/// Where the environment's values come from (so tests need not touch the process's).
+pub trait Env {
+    /// The value of a variable.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl<const N: usize> Env for [(&str, &str); N] {
+    fn var(&self, name: &str) -> Option<String> {
+        self.iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+    }
+}
+
+/// Overrides given on the command line.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--listen`.
+    pub listen: Option<SocketAddr>,
+    /// `--openai-upstream`: the embedded default's OpenAI base URL.
+    pub openai_upstream: Option<String>,
+    /// `--anthropic-upstream`: the embedded default's Anthropic base URL.
+    pub anthropic_upstream: Option<String>,
+}
+
+/// Loads `text` (named `file` in errors), applies `overrides`, reads keys from `env`.
+pub fn load(
+    file: &str,
+    text: &str,
+    overrides: &Overrides,
+    env: &dyn Env,
+) -> Result<Config, ConfigError> {
+    let err = |key: Option<String>, message: String| ConfigError {
+        file: file.to_owned(),
+        key,
+        message: one_line(&message),
+    };
+    let parsed: ConfigFile = toml::from_str(text).map_err(|e| {
+        let key = field_in(e.message());
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+        let message = match line {
+            Some(line) => format!("line {line}: {}", e.message()),
+            None => e.message().to_owned(),
+        };
+        err(key, message)
+    })?;
+    let listen = match (overrides.listen, &parsed.listen) {
+        (Some(addr), _) => addr,
+        (None, Some(text)) => text.parse().map_err(|_| {
+            err(
+                Some("listen".into()),
+                format!("`{text}` is not an address like 127.0.0.1:8080"),
+            )
+        })?,
+        (None, None) => SocketAddr::from(([127, 0, 0, 1], 8080)),
+    };
+    let mut gateway_keys = Vec::new();
+    for (i, name) in parsed.gateway_key_envs.iter().enumerate() {
+        let key = env.var(name).ok_or_else(|| {
+            err(
+                Some(format!("gateway_key_envs[{i}]")),
+                format!("the environment variable `{name}` is not set"),
+            )
+        })?;
+        gateway_keys.extend(
+            key.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    if !listen.ip().is_loopback() && gateway_keys.is_empty() {
+        return Err(err(
+            Some("listen".into()),
+            format!(
+                "{listen} is not a loopback address: set gateway_key_envs so clients must present a gateway key"
+            ),
+        ));
+    }
+    let body_limit = parsed.body_limit_bytes.unwrap_or(DEFAULT_BODY_LIMIT);
+    if body_limit == 0 {
+        return Err(err(
+            Some("body_limit_bytes".into()),
+            "must be more than 0".into(),
+        ));
+    }
+    let default_policy = compile_policy(&parsed.policy, &Policy::interactive(), "policy")
+        .map_err(|(key, message)| err(Some(key), message))?;
+
+    let mut candidates: BTreeMap<String, Arc<Candidate>> = BTreeMap::new();
+    for c in &parsed.candidate {
+        let at = |field: &str| Some(format!("candidate.{}.{field}", c.id));
+        if !c
+            .id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            || c.id.is_empty()
+        {
+            return Err(err(
+                Some(format!("candidate.{}.id", c.id)),
+                "an id is letters, digits, `-` and `_`".into(),
+            ));
+        }
+        let protocol = match c.protocol.as_str() {
+            "openai" => Protocol::OpenAi,
+            "anthropic" => Protocol::Anthropic,
+            other => {
+                return Err(err(
+                    at("protocol"),
+                    format!("unknown protocol `{other}`, expected openai or anthropic"),
+                ));
+            }
+        };
+        let mut base_url = c.base_url.clone();
+        let upstream_override = match protocol {
+            Protocol::OpenAi => &overrides.openai_upstream,
+            Protocol::Anthropic => &overrides.anthropic_upstream,
+        };
+        if let Some(url) = upstream_override {
+            base_url = url.clone();
+        }
+        let valid_url = (base_url.starts_with("http://") || base_url.starts_with("https://"))
+            && base_url
+                .parse::<http::Uri>()
+                .is_ok_and(|u| u.host().is_some());
+        if !valid_url {
+            return Err(err(
+                at("base_url"),
+                format!("`{base_url}` is not an http(s) URL"),
+            ));
+        }
+        let api_key = c.api_key_env.as_deref().and_then(|name| env.var(name));
+        if !gateway_keys.is_empty() && c.api_key_env.is_some() && api_key.is_none() {
+            return Err(err(
+                at("api_key_env"),
+                format!(
+                    "`{}` is not set; with gateway keys, client keys are never forwarded upstream",
+                    c.api_key_env.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        let policy = compile_policy(
+            &c.policy,
+            &default_policy,
+            &format!("candidate.{}.policy", c.id),
+        )
+        .map_err(|(key, message)| err(Some(key), message))?;
+        let candidate = Candidate {
+            id: c.id.clone(),
+            protocol,
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            api_key,
+            model: c.model.clone(),
+            provider: c.provider.clone().unwrap_or_else(|| match protocol {
+                Protocol::OpenAi => "openai".into(),
+                Protocol::Anthropic => "anthropic".into(),
+            }),
+            policy: Arc::new(policy),
+        };
+        if candidates
+            .insert(c.id.clone(), Arc::new(candidate))
+            .is_some()
+        {
+            return Err(err(
+                Some(format!("candidate.{}.id", c.id)),
+                "declared twice".into(),
+            ));
+        }
+    }
+    if overrides.openai_upstream.is_some() || overrides.anthropic_upstream.is_some() {
+        for (flag, protocol, set) in [
+            (
+                "--openai-upstream",
+                Protocol::OpenAi,
+                overrides.openai_upstream.is_some(),
+            ),
+            (
+                "--anthropic-upstream",
+                Protocol::Anthropic,
+                overrides.anthropic_upstream.is_some(),
+            ),
+        ] {
+            if set && !candidates.values().any(|c| c.protocol == protocol) {
+                return Err(err(
+                    None,
+                    format!("{flag} given, but no candidate speaks that protocol"),
+                ));
+            }
+        }
+    }
+    let mut routes = Vec::new();
+    let mut route_ids = HashSet::new();
+    for r in &parsed.route {
+        if !route_ids.insert(r.id.clone()) {
+            return Err(err(
+                Some(format!("route.{}.id", r.id)),
+                "declared twice".into(),
+            ));
+        }
+        if r.models.is_empty() {
+            return Err(err(
+                Some(format!("route.{}.models", r.id)),
+                "needs at least one model name or pattern".into(),
+            ));
+        }
+        if r.candidates.is_empty() {
+            return Err(err(
+                Some(format!("route.{}.candidates", r.id)),
+                "needs at least one candidate".into(),
+            ));
+        }
+        let list = r
+            .candidates
+            .iter()
+            .map(|id| {
+                candidates.get(id).cloned().ok_or_else(|| {
+                    err(
+                        Some(format!("route.{}.candidates", r.id)),
+                        format!("no candidate `{id}`"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        routes.push(Route {
+            id: r.id.clone(),
+            models: r.models.clone(),
+            candidates: list,
+        });
+    }
+    if routes.is_empty() {
+        return Err(err(
+            Some("route".into()),
+            "at least one [[route]] is needed".into(),
+        ));
+    }
+    Ok(Config {
+        listen,
+        gateway_keys,
+        body_limit,
+        routes,
+    })
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn field_in(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+fn default_backoff(class: Class) -> Backoff {
+    match class {
+        Class::RateLimit => {
+            Backoff::doubling(Duration::from_secs(2), Duration::from_secs(30)).with_jitter(0.25)
+        }
+        Class::Transient => Backoff::doubling(Duration::from_secs(1), Duration::from_secs(8)),
+        _ => Backoff::doubling(Duration::from_secs(60), Duration::from_secs(600)),
+    }
+}
+
+fn compile_policy(file: &PolicyFile, base: &Policy, at: &str) -> Result<Policy, (String, String)> {
+    let mut policy = match file.preset.as_deref() {
+        None => *base,
+        Some("interactive") => Policy::interactive(),
+        Some("skip") => Policy::immediate_skip(),
+        Some(other) => {
+            return Err((
+                format!("{at}.preset"),
+                format!("unknown preset `{other}`, expected interactive or skip"),
+            ));
+        }
+    };
+    for (class, name, slot) in [
+        (Class::RateLimit, "rate_limit", &file.rate_limit),
+        (Class::Transient, "transient", &file.transient),
+        (Class::Hard, "hard", &file.hard),
+    ] {
+        let Some(over) = slot else { continue };
+        let target = match class {
+            Class::RateLimit => &mut policy.rate_limit,
+            Class::Transient => &mut policy.transient,
+            _ => &mut policy.hard,
+        };
+        *target = compile_class(over, *target, class, &format!("{at}.{name}"))?;
+    }
+    Ok(policy)
+}
+
+fn compile_class(
+    file: &ClassPolicyFile,
+    base: ClassPolicy,
+    class: Class,
+    at: &str,
+) -> Result<ClassPolicy, (String, String)> {
+    let mut out = base;
+    if let Some(ms) = file.reset_wait_max_ms {
+        out.reset_wait = (ms > 0).then(|| rebound_core::ResetWait {
+            max: Duration::from_millis(ms),
+        });
+    }
+    let limit = match &file.retries {
+        None => out.retry.map(|r| r.limit),
+        Some(RetriesFile::Count(0)) => None,
+        Some(RetriesFile::Count(n)) => Some(Limit::Count(*n)),
+        Some(RetriesFile::Word(w)) if w == "infinite" => Some(Limit::Infinite),
+        Some(RetriesFile::Word(w)) => {
+            return Err((
+                format!("{at}.retries"),
+                format!("`{w}` is neither a count nor \"infinite\""),
+            ));
+        }
+    };
+    let mut backoff = out
+        .retry
+        .map_or_else(|| default_backoff(class), |r| r.backoff);
+    if file.initial_ms.is_some() || file.cap_ms.is_some() {
+        let initial = file
+            .initial_ms
+            .map_or(backoff.initial(), Duration::from_millis);
+        let cap = file.cap_ms.map_or(backoff.cap(), Duration::from_millis);
+        if initial.is_zero() || cap < initial {
+            return Err((
+                format!("{at}.cap_ms"),
+                "needs initial_ms > 0 and cap_ms ≥ initial_ms".into(),
+            ));
+        }
+        backoff = Backoff::doubling(initial, cap).with_jitter(backoff.jitter());
+    }
+    if let Some(j) = file.jitter {
+        if !(0.0..=1.0).contains(&j) {
+            return Err((format!("{at}.jitter"), "must be in [0, 1]".into()));
+        }
+        backoff = backoff.with_jitter(j);
+    }
+    out.retry = limit.map(|limit| RetryPolicy::new(limit, backoff));
+    if let Some(e) = &file.exhausted {
+        out.exhausted = match e.as_str() {
+            "skip" => Exhausted::Skip,
+            "stop" => Exhausted::Stop,
+            other => {
+                return Err((
+                    format!("{at}.exhausted"),
+                    format!("`{other}` is neither skip nor stop"),
+                ));
+            }
+        };
+    }
+    Ok(out)
+}
+
+impl Config {
+    /// The route for `model` on `protocol`, with only that protocol's candidates.
+    pub fn route(&self, model: &str, protocol: Protocol) -> Option<Route> {
+        self.routes.iter().find_map(|route| {
+            if !route.models.iter().any(|p| matches_pattern(p, model)) {
+                return None;
+            }
+            let candidates: Vec<_> = route
+                .candidates
+                .iter()
+                .filter(|c| c.protocol == protocol)
+                .cloned()
+                .collect();
+            (!candidates.is_empty()).then(|| Route {
+                id: route.id.clone(),
+                models: route.models.clone(),
+                candidates,
+            })
+        })
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+pub fn matches_pattern(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in &parts[1..parts.len() - 1] {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<Config, ConfigError> {
+        load(
+            "rebound.toml",
+            text,
+            &Overrides::default(),
+            &[("OPENAI_API_KEY", "sk-test")],
+        )
+    }
+
+    #[test]
+    fn the_embedded_default_loads() {
+        let c = load(
+            "embedded default",
+            DEFAULT_CONFIG,
+            &Overrides::default(),
+            &[("X", "y")],
+        )
+        .unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+        let openai = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+        assert_eq!(openai.candidates[0].base_url, "https://api.openai.com/v1");
+        assert!(openai.candidates[0].api_key.is_none());
+        let anthropic = c.route("claude-x", Protocol::Anthropic).unwrap();
+        assert_eq!(anthropic.candidates[0].id, "anthropic");
+    }
+
+    #[test]
+    fn overrides_apply() {
+        let o = Overrides {
+            listen: Some("127.0.0.1:9".parse().unwrap()),
+            openai_upstream: Some("http://127.0.0.1:7/v1".into()),
+            anthropic_upstream: None,
+        };
+        let c = load(
+            "embedded default",
+            DEFAULT_CONFIG,
+            &o,
+            &[("OPENAI_API_KEY", "k")],
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9);
+        let route = c.route("m", Protocol::OpenAi).unwrap();
+        assert_eq!(route.candidates[0].base_url, "http://127.0.0.1:7/v1");
+        assert_eq!(route.candidates[0].api_key.as_deref(), Some("k"));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let cases = [
+            ("listen = \"nowhere\"\n", "listen"),
+            ("lissen = \"x\"\n", "lissen"),
+            (
+                "[[candidate]]\nid = \"a\"\nprotocol = \"opneai\"\nbase_url = \"http://x\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n",
+                "candidate.a.protocol",
+            ),
+            (
+                "[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"ftp://x\"\n",
+                "candidate.a.base_url",
+            ),
+            (
+                "[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://x\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"b\"]\n",
+                "route.r.candidates",
+            ),
+            (
+                "[policy.rate_limit]\nexhausted = \"later\"\n",
+                "policy.rate_limit.exhausted",
+            ),
+            (
+                "[policy.transient]\nretries = \"lots\"\n",
+                "policy.transient.retries",
+            ),
+            ("listen = \"0.0.0.0:8080\"\n", "listen"),
+        ];
+        for (text, key) in cases {
+            let e = load_text(text).unwrap_err();
+            assert_eq!(e.key.as_deref(), Some(key), "{text}: {e}");
+            assert!(e.to_string().starts_with("rebound.toml: "), "{e}");
+            assert!(!e.to_string().contains('\n'));
+        }
+    }
+
+    #[test]
+    fn per_candidate_overrides_merge_over_the_default() {
+        let text = r#"
+[policy.rate_limit]
+retries = 3
+
+[[candidate]]
+id = "a"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+policy = { rate_limit = { exhausted = "skip", reset_wait_max_ms = 60000 } }
+
+[[candidate]]
+id = "b"
+protocol = "openai"
+base_url = "http://127.0.0.1:2/v1"
+policy = { preset = "skip" }
+
+[[route]]
+id = "r"
+models = ["gpt-*"]
+candidates = ["a", "b"]
+"#;
+        let c = load_text(text).unwrap();
+        let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+        let a = &route.candidates[0].policy.rate_limit;
+        assert_eq!(a.retry.map(|r| r.limit), Some(Limit::Count(3)));
+        assert_eq!(a.exhausted, Exhausted::Skip);
+        assert_eq!(a.reset_wait.map(|r| r.max), Some(Duration::from_secs(60)));
+        assert_eq!(*route.candidates[1].policy, Policy::immediate_skip());
+        assert!(c.route("claude", Protocol::OpenAi).is_none());
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(matches_pattern("*", "anything"));
+        assert!(matches_pattern("gpt-*", "gpt-4o"));
+        assert!(matches_pattern("*-mini", "gpt-4o-mini"));
+        assert!(matches_pattern("claude-*-4*", "claude-sonnet-4-5"));
+        assert!(!matches_pattern("gpt-*", "o3"));
+        assert!(matches_pattern("o3", "o3"));
+        assert!(!matches_pattern("a*a", "a"));
+    }
+
+    #[test]
+    fn non_loopback_needs_gateway_keys_and_upstream_keys() {
+        let text = "listen = \"0.0.0.0:8080\"\ngateway_key_envs = [\"GW\"]\n[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"MISSING\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n";
+        let e = load("f", text, &Overrides::default(), &[("GW", "k1,k2")]).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("candidate.a.api_key_env"));
+        let ok = text.replace("api_key_env=\"MISSING\"\n", "");
+        let c = load("f", &ok, &Overrides::default(), &[("GW", "k1,k2")]).unwrap();
+        assert_eq!(c.gateway_keys, ["k1", "k2"]);
+    }
+}

@@ -1,0 +1,74 @@
+//! One structured line per attempt outcome (G6). Lines carry codes, classes, rule ids,
+//! statuses and candidate ids: never headers or bodies, so no key can reach them; the sink
+//! redacts anyway.
+
+use std::io::Write;
+use std::sync::{Mutex, PoisonError};
+
+use rebound_core::redact::redact;
+
+/// Where log lines go.
+pub trait LogSink: Send + Sync {
+    /// One line, without its newline.
+    fn line(&self, line: &str);
+}
+
+/// Standard error.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StderrLog;
+
+impl LogSink for StderrLog {
+    fn line(&self, line: &str) {
+        let _ = writeln!(std::io::stderr().lock(), "{}", redact(line));
+    }
+}
+
+/// Lines kept in memory (tests, the demo).
+#[derive(Debug, Default)]
+pub struct MemoryLog(Mutex<Vec<String>>);
+
+impl MemoryLog {
+    /// Every line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl LogSink for MemoryLog {
+    fn line(&self, line: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(redact(line).into_owned());
+    }
+}
+
+/// Discards everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoLog;
+
+impl LogSink for NoLog {
+    fn line(&self, _: &str) {}
+}
+
+/// `key=value` pairs; values with spaces or quotes are quoted.
+pub fn format_line(pairs: &[(&str, String)]) -> String {
+    let mut out = String::from("rebound");
+    for (key, value) in pairs {
+        if value.is_empty() {
+            continue;
+        }
+        out.push(' ');
+        out.push_str(key);
+        out.push('=');
+        if value.bytes().any(|b| b == b' ' || b == b'"' || b == b'=') {
+            out.push_str(&format!("{value:?}"));
+        } else {
+            out.push_str(value);
+        }
+    }
+    out
+}

@@ -1,0 +1,383 @@
+//! The HTTP front: listening, authentication, limits, routing to the forwarder.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use rebound_core::Catalogue;
+use rebound_runtime::{Clock, HttpClient, Protocol, Sleeper, SystemClock, TokioSleeper};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::forward::{self, Head};
+use crate::log::{LogSink, StderrLog};
+use crate::metrics::Metrics;
+use crate::shape;
+
+/// Response bodies: whole, or fed by the forwarder.
+pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
+
+/// Everything a request needs, shared.
+pub struct Gateway {
+    pub(crate) config: Config,
+    pub(crate) client: HttpClient,
+    pub(crate) catalogue: Arc<Catalogue>,
+    pub(crate) metrics: Metrics,
+    pub(crate) log: Arc<dyn LogSink>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) sleeper: Arc<dyn Sleeper>,
+    pub(crate) rng: Mutex<fastrand::Rng>,
+}
+
+impl Gateway {
+    /// A gateway for `config`, logging to standard error, on the wall clock.
+    pub fn new(config: Config, client: HttpClient, catalogue: Arc<Catalogue>) -> Self {
+        Gateway {
+            config,
+            client,
+            catalogue,
+            metrics: Metrics::default(),
+            log: Arc::new(StderrLog),
+            clock: Arc::new(SystemClock),
+            sleeper: Arc::new(TokioSleeper),
+            rng: Mutex::new(fastrand::Rng::new()),
+        }
+    }
+
+    /// Sends log lines to `log`.
+    pub fn with_log(mut self, log: Arc<dyn LogSink>) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Replaces the clock and the sleeper (virtual time in tests).
+    pub fn with_time(mut self, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
+        self.clock = clock;
+        self.sleeper = sleeper;
+        self
+    }
+
+    /// Seeds the jitter draws.
+    pub fn with_jitter_seed(self, seed: u64) -> Self {
+        *self.rng.lock().unwrap_or_else(PoisonError::into_inner) = fastrand::Rng::with_seed(seed);
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The metrics, as `/metrics` renders them.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+
+    pub(crate) fn draw(&self) -> f64 {
+        self.rng
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .f64()
+    }
+}
+
+/// A running gateway.
+pub struct Server {
+    addr: SocketAddr,
+    gateway: Arc<Gateway>,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds the configured address (or `listen`, when given) and serves.
+    pub async fn start(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(listen.unwrap_or(gateway.config.listen)).await?;
+        let addr = listener.local_addr()?;
+        let gateway = Arc::new(gateway);
+        let (stop, mut stopped) = watch::channel(false);
+        let served = Arc::clone(&gateway);
+        let task = tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    _ = stopped.changed() => break,
+                };
+                let Ok((stream, _)) = accepted else { continue };
+                let _ = stream.set_nodelay(true);
+                let gateway = Arc::clone(&served);
+                let mut stopped = stopped.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| handle(Arc::clone(&gateway), req));
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .keep_alive(true)
+                        .max_buf_size(1 << 20)
+                        .serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = conn => {}
+                        _ = stopped.changed() => {}
+                    }
+                });
+            }
+        });
+        Ok(Server {
+            addr,
+            gateway,
+            stop,
+            task: Some(task),
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The shared state (metrics, config).
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Stops accepting and closes connections.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+pub(crate) fn full(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(body.into())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+}
+
+fn error(protocol: Protocol, status: StatusCode, kind: &str, message: &str) -> Response<Body> {
+    full(
+        status,
+        "application/json",
+        shape::error_body(protocol, kind, message, None).to_string(),
+    )
+}
+
+/// Constant-time equality: the time taken does not depend on where the inputs differ.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        diff |= usize::from(a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
+    if let Some(value) = headers.get(header::AUTHORIZATION) {
+        let bytes = value.as_bytes();
+        if bytes.len() > 7 && bytes[..7].eq_ignore_ascii_case(b"bearer ") {
+            return Some(&bytes[7..]);
+        }
+    }
+    headers.get("x-api-key").map(HeaderValue::as_bytes)
+}
+
+fn authorized(gateway: &Gateway, headers: &HeaderMap) -> bool {
+    if gateway.config.gateway_keys.is_empty() {
+        return true;
+    }
+    let Some(presented) = presented_key(headers) else {
+        return false;
+    };
+    // Compare against every key, whatever the result, so timing tells nothing.
+    gateway
+        .config
+        .gateway_keys
+        .iter()
+        .fold(false, |ok, key| same(key.as_bytes(), presented) | ok)
+}
+
+async fn handle(
+    gateway: Arc<Gateway>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_owned();
+    let protocol = match path.as_str() {
+        "/v1/messages" => Protocol::Anthropic,
+        _ => Protocol::OpenAi,
+    };
+    if !authorized(&gateway, req.headers()) {
+        return Ok(error(
+            protocol,
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "rebound: a valid gateway key is required",
+        ));
+    }
+    match (req.method(), path.as_str()) {
+        (&Method::POST, "/v1/chat/completions" | "/v1/messages") => {
+            Ok(model_request(gateway, protocol, req).await)
+        }
+        (&Method::GET, "/v1/models") => Ok(forward::models(&gateway).await),
+        (&Method::GET, "/metrics") => Ok(full(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            gateway.metrics.render(),
+        )),
+        (&Method::GET, "/healthz") => Ok(full(StatusCode::OK, "text/plain", "ok\n")),
+        _ => Ok(error(
+            protocol,
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            &format!(
+                "rebound serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models and GET /metrics, not {} {path}",
+                req.method()
+            ),
+        )),
+    }
+}
+
+async fn model_request(
+    gateway: Arc<Gateway>,
+    protocol: Protocol,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let limit = gateway.config.body_limit;
+    let too_large = || {
+        error(
+            protocol,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            match protocol {
+                Protocol::Anthropic => "request_too_large",
+                Protocol::OpenAi => "invalid_request_error",
+            },
+            &format!("rebound: the request body is larger than {limit} bytes"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            return too_large();
+        }
+        Err(_) => {
+            return error(
+                protocol,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "rebound: the request body could not be read",
+            );
+        }
+    };
+    let peeked = match crate::body::peek(&body) {
+        Ok(peeked) => peeked,
+        Err(e) => {
+            let reason = if e.is_syntax() || e.is_eof() {
+                format!(
+                    "the request body is not valid JSON (line {}, column {})",
+                    e.line(),
+                    e.column()
+                )
+            } else {
+                "`model` must be a string and `stream` a boolean".to_owned()
+            };
+            return error(
+                protocol,
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                &format!("rebound: {reason}"),
+            );
+        }
+    };
+    let Some(model) = peeked.model.as_deref().map(str::to_owned) else {
+        return error(
+            protocol,
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "rebound: `model` is required",
+        );
+    };
+    let stream = peeked.stream.unwrap_or(false);
+    let Some(route) = gateway.config.route(&model, protocol) else {
+        return error(
+            protocol,
+            StatusCode::NOT_FOUND,
+            "not_found_error",
+            &format!("rebound: no route serves model `{model}` on this protocol"),
+        );
+    };
+    let restart = parts
+        .headers
+        .get("x-rebound-replay")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"restart"));
+    let (head_tx, head_rx) = oneshot::channel::<Head>();
+    let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(32);
+    let job = forward::Job {
+        gateway,
+        protocol,
+        route,
+        headers: parts.headers,
+        body,
+        stream,
+        restart,
+    };
+    tokio::spawn(forward::run(job, head_tx, body_tx));
+    match head_rx.await {
+        Ok(head) => head.into_response(body_rx),
+        Err(_) => error(
+            protocol,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "api_error",
+            "rebound: the request was dropped",
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn constant_time_equality() {
+        assert!(same(b"abc", b"abc"));
+        assert!(!same(b"abc", b"abd"));
+        assert!(!same(b"abc", b"ab"));
+        assert!(!same(b"", b"a"));
+        assert!(same(b"", b""));
+    }
+}

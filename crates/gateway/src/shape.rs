@@ -1,0 +1,80 @@
+//! Errors the way each provider shapes them, plus rebound's diagnostics (G2, G4).
+
+use bytes::Bytes;
+use rebound_core::Diagnostics;
+use rebound_runtime::Protocol;
+use serde_json::{Value, json};
+
+/// A provider-shaped JSON error body: OpenAI's `{"error": {...}}` or Anthropic's
+/// `{"type": "error", "error": {...}}`, with `rebound` holding the diagnostics when there are
+/// some.
+pub fn error_body(
+    protocol: Protocol,
+    kind: &str,
+    message: &str,
+    rebound: Option<&Diagnostics>,
+) -> Value {
+    let mut body = match protocol {
+        Protocol::OpenAi => {
+            json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+        }
+        Protocol::Anthropic => {
+            json!({"type": "error", "error": {"type": kind, "message": message}})
+        }
+    };
+    if let (Some(d), Value::Object(map)) = (rebound, &mut body) {
+        map.insert(
+            "rebound".into(),
+            serde_json::to_value(d).unwrap_or(Value::Null),
+        );
+    }
+    body
+}
+
+/// The body of an upstream's own error, with rebound's diagnostics added. A body that is not
+/// a JSON object is wrapped in the protocol's shape, its text kept as the message.
+pub fn with_diagnostics(protocol: Protocol, upstream: &[u8], diagnostics: &Diagnostics) -> Bytes {
+    match serde_json::from_slice::<Value>(upstream) {
+        Ok(Value::Object(mut map)) => {
+            map.insert(
+                "rebound".into(),
+                serde_json::to_value(diagnostics).unwrap_or(Value::Null),
+            );
+            Bytes::from(Value::Object(map).to_string())
+        }
+        _ => {
+            let text = String::from_utf8_lossy(upstream);
+            let message = diagnostics
+                .error
+                .clone()
+                .unwrap_or_else(|| text.chars().take(512).collect());
+            Bytes::from(error_body(protocol, "api_error", &message, Some(diagnostics)).to_string())
+        }
+    }
+}
+
+/// The protocol's in-stream error event (OpenAI: a `data:` error object; Anthropic:
+/// `event: error`), carrying the diagnostics.
+pub fn stream_error(
+    protocol: Protocol,
+    kind: &str,
+    message: &str,
+    rebound: Option<&Diagnostics>,
+) -> Bytes {
+    let body = error_body(protocol, kind, message, rebound);
+    Bytes::from(match protocol {
+        Protocol::OpenAi => format!("data: {body}\n\n"),
+        Protocol::Anthropic => format!("event: error\ndata: {body}\n\n"),
+    })
+}
+
+/// The error type a protocol uses for a class of failure.
+pub fn kind_for(protocol: Protocol, class: &str, status: Option<u16>) -> &'static str {
+    match (protocol, class, status) {
+        (Protocol::Anthropic, "rate_limit", _) => "rate_limit_error",
+        (Protocol::Anthropic, _, Some(529)) => "overloaded_error",
+        (Protocol::Anthropic, _, _) => "api_error",
+        (Protocol::OpenAi, "rate_limit", _) => "rate_limit_exceeded",
+        (Protocol::OpenAi, _, _) => "server_error",
+    }
+}

@@ -1,0 +1,244 @@
+//! The front door: limits, malformed input, gateway keys, metrics, logs and secrets (G5, G6).
+
+use std::sync::Arc;
+
+use rebound_chaos::Chaos;
+use rebound_core::Catalogue;
+use rebound_gateway::{Gateway, MemoryLog, Overrides, Server, load};
+use rebound_runtime::HttpClient;
+
+use crate::{CANARY, SIMPLE, anthropic_body, chaos, gateway, openai_body, send, timeouts};
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+#[tokio::test]
+async fn malformed_json_is_a_400_in_the_protocols_shape() {
+    let chaos = chaos("ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/messages",
+        &[JSON],
+        "{\"model\": ",
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        "{\"messages\": []}",
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`model`")
+    );
+    assert_eq!(
+        chaos.attempts("default"),
+        0,
+        "nothing malformed goes upstream"
+    );
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_a_413() {
+    let chaos = chaos("ok").await;
+    let g = gateway(&format!("body_limit_bytes = 1024\n{SIMPLE}"), &chaos).await;
+    let big = format!(
+        r#"{{"model":"gpt-x","messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "a".repeat(2000)
+    );
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &big,
+    )
+    .await;
+    assert_eq!(reply.status, 413);
+    assert_eq!(chaos.attempts("default"), 0);
+}
+
+#[tokio::test]
+async fn unknown_paths_are_a_404() {
+    let chaos = chaos("ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(g.server.addr(), "POST", "/v1/completions", &[JSON], "{}").await;
+    assert_eq!(reply.status, 404);
+}
+
+#[tokio::test]
+async fn models_are_relayed_from_the_openai_candidate() {
+    let chaos = chaos("ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(g.server.addr(), "GET", "/v1/models", &[], "").await;
+    assert_eq!(reply.status, 200);
+    assert!(reply.text().contains("chaos-1"), "{}", reply.text());
+}
+
+#[tokio::test]
+async fn gateway_keys_guard_every_endpoint_and_never_travel_upstream() {
+    let chaos = chaos("ok").await;
+    let text = format!(
+        "gateway_key_envs = [\"GW\"]\n{}",
+        SIMPLE
+            .replace("{openai}", &chaos.openai_base_url())
+            .replace("{anthropic}", &chaos.anthropic_base_url())
+    );
+    let config = load(
+        "test.toml",
+        &text,
+        &Overrides::default(),
+        &[("GW", "gw-secret-1"), ("CANARY_KEY", CANARY)],
+    )
+    .unwrap();
+    let gateway = Gateway::new(
+        config,
+        HttpClient::new(timeouts()).unwrap(),
+        Arc::new(Catalogue::shipped().unwrap()),
+    )
+    .with_log(Arc::new(MemoryLog::default()));
+    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let addr = server.addr();
+    for (method, path, body) in [
+        ("POST", "/v1/chat/completions", openai_body(false)),
+        ("POST", "/v1/messages", anthropic_body(false)),
+        ("GET", "/v1/models", String::new()),
+        ("GET", "/metrics", String::new()),
+    ] {
+        let none = send(addr, method, path, &[JSON], &body).await;
+        assert_eq!(none.status, 401, "{path} without a key");
+        let wrong = send(
+            addr,
+            method,
+            path,
+            &[JSON, ("authorization", "Bearer gw-secret-2")],
+            &body,
+        )
+        .await;
+        assert_eq!(wrong.status, 401, "{path} with a wrong key");
+        let right = send(
+            addr,
+            method,
+            path,
+            &[JSON, ("authorization", "Bearer gw-secret-1")],
+            &body,
+        )
+        .await;
+        assert_eq!(right.status, 200, "{path}: {}", right.text());
+        let x_api_key = send(
+            addr,
+            method,
+            path,
+            &[JSON, ("x-api-key", "gw-secret-1")],
+            &body,
+        )
+        .await;
+        assert_eq!(x_api_key.status, 200, "{path} with x-api-key");
+    }
+}
+
+#[tokio::test]
+async fn non_loopback_without_gateway_keys_refuses_to_start() {
+    let e = load(
+        "test.toml",
+        &format!("listen = \"0.0.0.0:8080\"\n{SIMPLE}"),
+        &Overrides::default(),
+        &[("CANARY_KEY", CANARY)],
+    )
+    .unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("listen"));
+}
+
+#[tokio::test]
+async fn keys_never_reach_logs_metrics_or_error_bodies() {
+    // The upstream fails every way it can; the configured key and a client key are canaries.
+    let chaos = Chaos::start("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .unwrap();
+    chaos.set_script(
+        "default",
+        rebound_chaos::parse_script("401, 429+retry-after-ms:10, 502, reset, context, cut-after-1-chunks, error-after-1:api_error, ok").unwrap(),
+    );
+    let g = gateway(SIMPLE, &chaos).await;
+    let client_key = "sk-ant-api03-ClientCanary0123456789abcdefghij";
+    let mut everything = String::new();
+    for i in 0..8 {
+        let (path, body) = if i % 2 == 0 {
+            ("/v1/chat/completions", openai_body(i % 4 == 0))
+        } else {
+            ("/v1/messages", anthropic_body(i % 3 == 0))
+        };
+        let reply = send(
+            g.server.addr(),
+            "POST",
+            path,
+            &[
+                JSON,
+                ("x-api-key", client_key),
+                ("authorization", &format!("Bearer {client_key}")),
+            ],
+            &body,
+        )
+        .await;
+        everything.push_str(&reply.text());
+        for (name, value) in &reply.headers {
+            everything.push_str(&format!("{name}: {}\n", value.to_str().unwrap_or_default()));
+        }
+    }
+    everything.push_str(&g.server.gateway().metrics_text());
+    everything.push_str(&g.log.lines().join("\n"));
+    assert!(!g.log.lines().is_empty());
+    for canary in ["GatewayCanary", "ClientCanary"] {
+        assert!(
+            !everything.contains(canary),
+            "{canary} leaked:\n{everything}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn metrics_count_attempts_retries_and_recoveries() {
+    let chaos = chaos("502, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(false),
+    )
+    .await;
+    let metrics = send(g.server.addr(), "GET", "/metrics", &[], "")
+        .await
+        .text();
+    for line in [
+        "rebound_attempts_total{candidate=\"oa\"} 2",
+        "rebound_retries_total{class=\"transient\",code=\"upstream_error\"} 1",
+        "rebound_recoveries_total{class=\"transient\"} 1",
+        "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
+        "rebound_wait_seconds_count 1",
+    ] {
+        assert!(metrics.contains(line), "missing {line}:\n{metrics}");
+    }
+    let lines = g.log.lines();
+    assert_eq!(lines.len(), 2, "one line per attempt outcome: {lines:?}");
+    assert!(
+        lines[0].contains("action=retry") && lines[0].contains("code=upstream_error"),
+        "{lines:?}"
+    );
+    assert!(lines[1].contains("outcome=ok"), "{lines:?}");
+}

@@ -1,0 +1,172 @@
+//! `rebound serve` against `rebound chaos` over real loopback sockets. Waits run in virtual
+//! time: the gateway's sleeper returns at once and records each wait.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code fails loudly"
+)]
+
+mod front;
+mod recovery;
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use rebound_chaos::{Chaos, ChaosConfig, parse_script};
+use rebound_core::Catalogue;
+use rebound_gateway::{Gateway, MemoryLog, Overrides, Server, load};
+use rebound_runtime::{HttpClient, Timeouts, VirtualTime};
+
+pub(crate) const CANARY: &str = "sk-proj-GatewayCanary0123456789abcdef";
+
+pub(crate) fn timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(2),
+        first_byte: Duration::from_secs(5),
+        idle: Duration::from_millis(500),
+    }
+}
+
+pub(crate) async fn chaos(script: &str) -> Chaos {
+    let chaos = Chaos::start("127.0.0.1:0".parse().unwrap(), ChaosConfig::default())
+        .await
+        .unwrap();
+    chaos.set_script("default", parse_script(script).unwrap());
+    chaos
+}
+
+pub(crate) struct Running {
+    pub(crate) server: Server,
+    pub(crate) time: Arc<VirtualTime>,
+    pub(crate) log: Arc<MemoryLog>,
+}
+
+/// A gateway from a config text; `{openai}` and `{anthropic}` stand for chaos's base URLs.
+pub(crate) async fn gateway(config: &str, chaos: &Chaos) -> Running {
+    let text = config
+        .replace("{openai}", &chaos.openai_base_url())
+        .replace("{anthropic}", &chaos.anthropic_base_url());
+    let config = load(
+        "test.toml",
+        &text,
+        &Overrides::default(),
+        &[("CANARY_KEY", CANARY)],
+    )
+    .unwrap();
+    let time = VirtualTime::starting_at(UNIX_EPOCH + Duration::from_secs(1_796_050_800));
+    let log = Arc::new(MemoryLog::default());
+    let gateway = Gateway::new(
+        config,
+        HttpClient::new(timeouts()).unwrap(),
+        Arc::new(Catalogue::shipped().unwrap()),
+    )
+    .with_time(time.clone(), time.clone())
+    .with_log(log.clone())
+    .with_jitter_seed(3);
+    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    Running { server, time, log }
+}
+
+/// The default two-protocol config against one chaos upstream.
+pub(crate) const SIMPLE: &str = r#"
+[[candidate]]
+id = "oa"
+protocol = "openai"
+base_url = "{openai}"
+api_key_env = "CANARY_KEY"
+
+[[candidate]]
+id = "an"
+protocol = "anthropic"
+base_url = "{anthropic}"
+api_key_env = "CANARY_KEY"
+
+[[route]]
+id = "main"
+models = ["*"]
+candidates = ["oa", "an"]
+"#;
+
+pub(crate) struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+}
+
+impl Reply {
+    pub(crate) fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub(crate) fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+}
+
+/// One request with a plain client (no retries), the whole body read.
+pub(crate) async fn send(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Reply {
+    let client = HttpClient::new(timeouts()).unwrap();
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request
+        .body(Full::new(Bytes::from(body.to_owned())))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let (parts, body) = response.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}
+
+pub(crate) fn openai_body(stream: bool) -> String {
+    format!(
+        r#"{{"model":"gpt-test","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+    )
+}
+
+pub(crate) fn anthropic_body(stream: bool) -> String {
+    format!(
+        r#"{{"model":"claude-test","max_tokens":64,"stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+    )
+}
+
+/// What chaos answers directly to a clean request: the bytes the gateway must relay.
+pub(crate) async fn direct(path: &str, body: &str) -> Bytes {
+    let chaos = chaos("ok").await;
+    send(
+        chaos.addr(),
+        "POST",
+        path,
+        &[("content-type", "application/json")],
+        body,
+    )
+    .await
+    .body
+}

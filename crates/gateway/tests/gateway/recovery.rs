@@ -1,0 +1,312 @@
+//! Invisible recovery before the first byte, honest endings after it (G2–G4, G6, D2).
+
+use std::time::Duration;
+
+use crate::{SIMPLE, anthropic_body, chaos, direct, gateway, openai_body, send};
+
+const JSON: (&str, &str) = ("content-type", "application/json");
+
+#[tokio::test]
+async fn retries_before_the_first_byte_are_invisible_and_bytes_are_relayed_untouched() {
+    let expected = direct("/v1/chat/completions", &openai_body(false)).await;
+    let chaos = chaos("502, 429+retry-after-ms:100, reset, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(false),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        reply.body, expected,
+        "the body must be the upstream's bytes"
+    );
+    assert_eq!(reply.header("x-rebound-attempts"), "4");
+    assert_eq!(reply.header("x-rebound-candidate"), "oa");
+    assert_eq!(reply.header("x-rebound-route-id"), "main");
+    assert_eq!(chaos.attempts("default"), 4);
+    let waits: Vec<u128> = g.time.waits().iter().map(Duration::as_millis).collect();
+    assert_eq!(waits[..2], [1000, 100]);
+}
+
+#[tokio::test]
+async fn anthropic_overloaded_right_after_message_start_is_retried_invisibly() {
+    let expected = direct("/v1/messages", &anthropic_body(true)).await;
+    // Waits of a second or less: no keep-alive comment precedes the stream.
+    let chaos = chaos("error-after-0:overloaded_error, 529+retry-after-ms:200, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/messages",
+        &[JSON],
+        &anthropic_body(true),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(
+        reply.body, expected,
+        "the held-back preamble of failed attempts never reached the client"
+    );
+    assert_eq!(reply.header("x-rebound-attempts"), "3");
+    assert_eq!(chaos.attempts("default"), 3);
+}
+
+#[tokio::test]
+async fn openai_stream_recovers_before_content() {
+    let expected = direct("/v1/chat/completions", &openai_body(true)).await;
+    let chaos = chaos("error-after-0:server_error, cut-after-0-chunks, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(true),
+    )
+    .await;
+    // The second wait (2 s) is long enough for keep-alive comments; after them, the
+    // upstream's bytes exactly.
+    let text = reply.text();
+    let after_comments = text
+        .split_inclusive("\n\n")
+        .skip_while(|event| event.starts_with(':'))
+        .collect::<String>();
+    assert!(text.starts_with(": Retrying in 1s"), "{text}");
+    assert_eq!(after_comments.as_bytes(), &expected[..]);
+    assert_eq!(chaos.attempts("default"), 3);
+}
+
+#[tokio::test]
+async fn a_mid_stream_failure_ends_with_the_providers_error_event_never_silently() {
+    let chaos = chaos("cut-after-2-chunks, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/messages",
+        &[JSON],
+        &anthropic_body(true),
+    )
+    .await;
+    let text = reply.text();
+    assert_eq!(reply.status, 200);
+    assert!(text.contains("event: message_start"), "{text}");
+    assert!(text.contains("event: content_block_delta"), "{text}");
+    assert!(
+        !text.contains("message_stop"),
+        "a cut stream must not look complete: {text}"
+    );
+    let last = text.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: error\ndata: "), "{last}");
+    assert!(last.contains("\"rebound\""), "{last}");
+    assert_eq!(
+        chaos.attempts("default"),
+        1,
+        "content reached the client: no replay without restart"
+    );
+
+    // OpenAI: the in-stream error object.
+    let chaos = crate::chaos("cut-after-2-chunks, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(true),
+    )
+    .await;
+    let text = reply.text();
+    assert!(!text.contains("[DONE]"), "{text}");
+    assert!(
+        text.trim_end()
+            .rsplit("\n\n")
+            .next()
+            .unwrap()
+            .starts_with("data: {\"error\""),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_providers_own_error_event_is_relayed_once() {
+    let chaos = chaos("error-after-2:overloaded_error, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/messages",
+        &[JSON],
+        &anthropic_body(true),
+    )
+    .await;
+    let text = reply.text();
+    assert_eq!(text.matches("event: error").count(), 1, "{text}");
+    assert_eq!(chaos.attempts("default"), 1);
+}
+
+#[tokio::test]
+async fn restart_clients_get_a_marker_then_the_replayed_stream() {
+    let chaos = chaos("cut-after-2-chunks, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/messages",
+        &[JSON, ("x-rebound-replay", "restart")],
+        &anthropic_body(true),
+    )
+    .await;
+    let text = reply.text();
+    let (before, after) = text
+        .split_once("event: rebound_restart\n")
+        .expect("a restart marker");
+    assert!(before.contains("content_block_delta"), "{text}");
+    assert!(
+        after.contains("event: message_start"),
+        "the replay starts the message again: {text}"
+    );
+    assert!(after.contains("event: message_stop"), "{text}");
+    assert!(!text.contains("event: error"), "{text}");
+    assert_eq!(chaos.attempts("default"), 2);
+}
+
+#[tokio::test]
+async fn a_streaming_client_hears_the_countdown_while_waiting() {
+    let chaos = chaos("503+retry-after:3, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(true),
+    )
+    .await;
+    let text = reply.text();
+    assert_eq!(reply.status, 200);
+    assert!(
+        text.starts_with(": Retrying in 2s · attempt 1/10\n\n: Retrying in 1s · attempt 1/10\n\n"),
+        "{text}"
+    );
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert_eq!(reply.header("content-type"), "text/event-stream");
+}
+
+#[tokio::test]
+async fn exhaustion_is_one_provider_shaped_error_with_diagnostics() {
+    let chaos = chaos(&["502"; 12].join(", ")).await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(false),
+    )
+    .await;
+    assert_eq!(reply.status, 502);
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(
+        body["error"]["code"], "upstream_error",
+        "the upstream's own error body: {body}"
+    );
+    assert_eq!(body["rebound"]["retryAttempt"], 10);
+    assert_eq!(body["rebound"]["class"], "transient");
+    assert_eq!(body["rebound"]["ruleId"], "relay.upstream_failed");
+    assert_eq!(body["rebound"]["attempts"], 11);
+    assert_eq!(reply.header("x-rebound-attempts"), "11");
+    assert_eq!(chaos.attempts("default"), 11);
+}
+
+#[tokio::test]
+async fn an_exhausted_overload_is_the_providers_own_status_and_shape() {
+    let chaos = chaos(&["error-after-0:overloaded_error"; 12].join(", ")).await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/messages",
+        &[JSON],
+        &anthropic_body(false),
+    )
+    .await;
+    assert_eq!(reply.status, 529, "{}", reply.text());
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "overloaded_error");
+    assert_eq!(body["rebound"]["retryAttempt"], 10);
+}
+
+#[tokio::test]
+async fn a_429_with_a_long_reset_skips_to_the_next_candidate() {
+    let limited = chaos("429+retry-after:120").await;
+    let healthy = chaos("ok").await;
+    let config = format!(
+        r#"
+[[candidate]]
+id = "first"
+protocol = "openai"
+base_url = "{}"
+policy = {{ rate_limit = {{ retries = 0, exhausted = "skip" }} }}
+
+[[candidate]]
+id = "second"
+protocol = "openai"
+base_url = "{}"
+
+[[route]]
+id = "fallback"
+models = ["gpt-*"]
+candidates = ["first", "second"]
+"#,
+        limited.openai_base_url(),
+        healthy.openai_base_url()
+    );
+    let g = gateway(&config, &limited).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(false),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "second");
+    assert_eq!(reply.header("x-rebound-attempts"), "2");
+    assert_eq!(reply.header("x-rebound-route-id"), "fallback");
+    assert_eq!(
+        (limited.attempts("default"), healthy.attempts("default")),
+        (1, 1)
+    );
+    assert!(g.time.waits().is_empty(), "skip means no hidden wait");
+    let metrics = g.server.gateway().metrics_text();
+    assert!(
+        metrics.contains("rebound_fallbacks_total{class=\"rate_limit\",code=\"rate_limited\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn terminal_failures_are_relayed_at_once() {
+    let chaos = chaos("context, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(true),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["error"]["code"], "context_length_exceeded");
+    assert_eq!(body["rebound"]["class"], "terminal");
+    assert_eq!(chaos.attempts("default"), 1);
+}
