@@ -128,7 +128,7 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
     Ok(())
 }
 
-fn load_catalogue(dir: Option<&Path>) -> Result<Catalogue> {
+pub(crate) fn load_catalogue(dir: Option<&Path>) -> Result<Catalogue> {
     let Some(dir) = dir else {
         return Catalogue::shipped().context("the shipped catalogue does not compile");
     };

@@ -5,6 +5,7 @@
 
 mod chaos;
 mod classify;
+mod serve;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -44,6 +45,8 @@ struct Cli {
 enum Command {
     /// Explain a provider failure: its code, class, rule, timing hint and the wait before a retry.
     Classify(classify::ClassifyArgs),
+    /// Run the OpenAI- and Anthropic-compatible recovery gateway.
+    Serve(serve::ServeArgs),
     /// Run a fault-injecting upstream that speaks OpenAI and Anthropic, for testing recovery.
     Chaos(chaos::ChaosArgs),
 }
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Classify(args) => classify::run(args),
         Command::Chaos(args) => chaos::run(args),
+        Command::Serve(args) => serve::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

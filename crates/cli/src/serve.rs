@@ -1,0 +1,89 @@
+//! `rebound serve`: the gateway, in the foreground.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load};
+use rebound_runtime::{HttpClient, Timeouts};
+
+use crate::bad_input;
+
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// The configuration file (TOML). Without it, rebound serves the embedded default:
+    /// OpenAI-protocol requests to the OpenAI API, Anthropic-protocol requests to the
+    /// Anthropic API, keys from OPENAI_API_KEY / ANTHROPIC_API_KEY or passed through.
+    #[arg(long, short, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on (overrides the config).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<SocketAddr>,
+    /// The OpenAI upstream base URL, as the SDKs take it (with /v1). Embedded default only.
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    openai_upstream: Option<String>,
+    /// The Anthropic upstream base URL, as the SDKs take it (without /v1). Embedded default only.
+    #[arg(long, value_name = "URL", conflicts_with = "config")]
+    anthropic_upstream: Option<String>,
+    /// A folder of user rule files (*.toml) to add to the shipped catalogue.
+    #[arg(long, value_name = "DIR")]
+    catalogue: Option<PathBuf>,
+}
+
+pub(crate) fn run(args: ServeArgs) -> Result<()> {
+    let (name, text) = match &args.config {
+        Some(path) => (
+            path.display().to_string(),
+            std::fs::read_to_string(path).map_err(|e| bad_input(format!("--config {}: {e}", path.display())))?,
+        ),
+        None => ("embedded default".to_owned(), DEFAULT_CONFIG.to_owned()),
+    };
+    let overrides = Overrides {
+        listen: args.listen,
+        openai_upstream: args.openai_upstream.clone(),
+        anthropic_upstream: args.anthropic_upstream.clone(),
+    };
+    let config = load(&name, &text, &overrides, &ProcessEnv).map_err(|e| bad_input(e.to_string()))?;
+    let catalogue = crate::classify::load_catalogue(args.catalogue.as_deref())?;
+    let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let routes: Vec<String> = config
+            .routes
+            .iter()
+            .map(|r| {
+                let candidates: Vec<String> = r
+                    .candidates
+                    .iter()
+                    .map(|c| {
+                        let key = if c.api_key.is_some() { "key from env" } else { "client key" };
+                        format!("{} → {} ({key})", c.id, c.base_url)
+                    })
+                    .collect();
+                format!("  route {} [{}]: {}", r.id, r.models.join(", "), candidates.join(", "))
+            })
+            .collect();
+        let gateway = Gateway::new(config, client, Arc::new(catalogue));
+        let server = Server::start(gateway, None)
+            .await
+            .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
+        let addr = server.addr();
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(
+            out,
+            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n{}",
+            routes.join("\n")
+        );
+        let _ = out.flush();
+        drop(out);
+        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        server.shutdown().await;
+        Ok(())
+    })
+}

@@ -1,0 +1,154 @@
+"""End-to-end: the official `openai` and `anthropic` Python SDKs, unchanged but for their
+base URL, talk to `rebound serve`, which talks to a fault-injecting `rebound chaos`.
+
+Usage: python3 tests/sdk/e2e.py [path/to/rebound]
+Prints one line per check and closes with `N passed, M failed`; exits non-zero on failure.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import anthropic
+import openai
+
+REBOUND = sys.argv[1] if len(sys.argv) > 1 else "target/debug/rebound"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(args):
+    proc = subprocess.Popen([REBOUND, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc.stdout.readline()  # the banner's first line: listening
+    return proc
+
+
+def wait_for(port):
+    for _ in range(100):
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {port}")
+
+
+chaos_port, gateway_port = free_port(), free_port()
+chaos = start(["chaos", "--listen", f"127.0.0.1:{chaos_port}", "--chunk-delay-ms", "0"])
+gateway = start([
+    "serve", "--listen", f"127.0.0.1:{gateway_port}",
+    "--openai-upstream", f"http://127.0.0.1:{chaos_port}/v1",
+    "--anthropic-upstream", f"http://127.0.0.1:{chaos_port}",
+])
+wait_for(chaos_port)
+wait_for(gateway_port)
+
+
+def script(key, steps):
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{chaos_port}/chaos/scripts",
+        data=json.dumps({key: steps}).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    urllib.request.urlopen(request).read()
+
+
+def attempts(key):
+    with urllib.request.urlopen(f"http://127.0.0.1:{chaos_port}/chaos/attempts") as r:
+        return json.load(r).get(key, 0)
+
+
+# max_retries=0: the SDKs must not retry on top of rebound (no nested retries).
+oa = openai.OpenAI(base_url=f"http://127.0.0.1:{gateway_port}/v1", api_key="sk-e2e", max_retries=0)
+an = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gateway_port}", api_key="sk-ant-e2e", max_retries=0)
+EXPECTED = "Hello from rebound chaos. You said: hi"
+HI = [{"role": "user", "content": "hi"}]
+results = []
+
+
+def check(name, steps, fn, want_attempts):
+    script(name, steps)
+    try:
+        fn({"x-chaos-key": name})
+        seen = attempts(name)
+        ok = seen == want_attempts
+        results.append(ok)
+        print(f"{'ok  ' if ok else 'FAIL'} {name}: {seen} upstream attempts (want {want_attempts})")
+    except Exception as e:  # a failed check is reported, not fatal
+        results.append(False)
+        print(f"FAIL {name}: {type(e).__name__}: {e}")
+
+
+def openai_plain(h):
+    r = oa.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+    assert r.choices[0].message.content == EXPECTED, r
+
+
+def openai_stream(h):
+    s = oa.chat.completions.create(model="chaos-1", messages=HI, stream=True, extra_headers=h)
+    text = "".join((c.choices[0].delta.content or "") for c in s if c.choices)
+    assert text == EXPECTED, text
+
+
+def anthropic_plain(h):
+    m = an.messages.create(model="chaos-1", max_tokens=64, messages=HI, extra_headers=h)
+    assert m.content[0].text == EXPECTED, m
+
+
+def anthropic_stream(h):
+    with an.messages.stream(model="chaos-1", max_tokens=64, messages=HI, extra_headers=h) as s:
+        text = "".join(s.text_stream)
+    assert text == EXPECTED, text
+
+
+def openai_exhausted(h):
+    try:
+        oa.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+    except openai.BadRequestError as e:
+        assert e.body["code"] == "context_length_exceeded", e.body
+        assert e.response.json()["rebound"]["class"] == "terminal"
+        return
+    raise AssertionError("no error")
+
+
+def anthropic_exhausted(h):
+    try:
+        an.messages.create(model="chaos-1", max_tokens=64, messages=HI, extra_headers=h)
+    except anthropic.AuthenticationError as e:
+        assert e.response.json()["rebound"]["class"] == "hard"
+        return
+    raise AssertionError("no error")
+
+
+def anthropic_cut_mid_stream(h):
+    try:
+        with an.messages.stream(model="chaos-1", max_tokens=64, messages=HI, extra_headers=h) as s:
+            "".join(s.text_stream)
+    except anthropic.APIStatusError as e:
+        return
+    except anthropic.APIError:
+        return
+    raise AssertionError("a cut stream ended silently")
+
+
+check("openai-plain", "502, 429+retry-after-ms:100, ok", openai_plain, 3)
+check("openai-stream", "error-after-0:server_error, reset, ok", openai_stream, 3)
+check("anthropic-plain", "529, ok", anthropic_plain, 2)
+check("anthropic-stream", "error-after-0:overloaded_error, 503+retry-after-ms:50, ok", anthropic_stream, 3)
+check("openai-terminal", "context, ok", openai_exhausted, 1)
+check("anthropic-hard", "401, ok", anthropic_exhausted, 1)
+check("anthropic-cut", "cut-after-2-chunks, ok", anthropic_cut_mid_stream, 1)
+
+gateway.terminate()
+chaos.terminate()
+passed = sum(results)
+print(f"{passed} passed, {len(results) - passed} failed")
+sys.exit(0 if passed == len(results) else 1)
