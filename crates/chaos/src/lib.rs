@@ -12,6 +12,16 @@
 //! - [`server`]: the HTTP server, per-key attempt counters (`GET /chaos/attempts`) and
 //!   scripts (`POST /chaos/scripts`).
 //!
+//! ## Example
+//!
+//! ```
+//! use rebound_chaos::{Step, parse_script};
+//!
+//! let steps = parse_script("502, 429+retry-after-ms:300, cut-after-3-chunks, ok").unwrap();
+//! assert_eq!(steps.len(), 4);
+//! assert_eq!(steps[2], Step::CutAfter(3));
+//! ```
+//!
 //! ## What it must never do
 //! Answer nondeterministically: the same script, seed and requests give the same bytes, so
 //! tests can assert exact attempt counts.

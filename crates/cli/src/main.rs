@@ -5,6 +5,7 @@
 
 mod chaos;
 mod classify;
+mod demo;
 mod serve;
 
 use std::io::Write;
@@ -47,6 +48,8 @@ enum Command {
     Classify(classify::ClassifyArgs),
     /// Run the OpenAI- and Anthropic-compatible recovery gateway.
     Serve(serve::ServeArgs),
+    /// Everything at once, offline: chaos upstream, gateway, a few dozen failing requests.
+    Demo(demo::DemoArgs),
     /// Run a fault-injecting upstream that speaks OpenAI and Anthropic, for testing recovery.
     Chaos(chaos::ChaosArgs),
 }
@@ -77,6 +80,7 @@ fn main() -> ExitCode {
         Command::Classify(args) => classify::run(args),
         Command::Chaos(args) => chaos::run(args),
         Command::Serve(args) => serve::run(args),
+        Command::Demo(args) => demo::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

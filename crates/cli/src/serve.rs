@@ -37,7 +37,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     let (name, text) = match &args.config {
         Some(path) => (
             path.display().to_string(),
-            std::fs::read_to_string(path).map_err(|e| bad_input(format!("--config {}: {e}", path.display())))?,
+            std::fs::read_to_string(path)
+                .map_err(|e| bad_input(format!("--config {}: {e}", path.display())))?,
         ),
         None => ("embedded default".to_owned(), DEFAULT_CONFIG.to_owned()),
     };
@@ -46,7 +47,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         openai_upstream: args.openai_upstream.clone(),
         anthropic_upstream: args.anthropic_upstream.clone(),
     };
-    let config = load(&name, &text, &overrides, &ProcessEnv).map_err(|e| bad_input(e.to_string()))?;
+    let config =
+        load(&name, &text, &overrides, &ProcessEnv).map_err(|e| bad_input(e.to_string()))?;
     let catalogue = crate::classify::load_catalogue(args.catalogue.as_deref())?;
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -568,6 +568,13 @@ impl Config {
 }
 
 /// `*` matches any run of characters; everything else matches itself.
+///
+/// ```
+/// use rebound_gateway::config::matches_pattern;
+///
+/// assert!(matches_pattern("claude-*", "claude-sonnet-4-5"));
+/// assert!(!matches_pattern("gpt-*", "o3"));
+/// ```
 pub fn matches_pattern(pattern: &str, name: &str) -> bool {
     let parts: Vec<&str> = pattern.split('*').collect();
     if parts.len() == 1 {
@@ -703,6 +710,30 @@ candidates = ["a", "b"]
         assert_eq!(a.reset_wait.map(|r| r.max), Some(Duration::from_secs(60)));
         assert_eq!(*route.candidates[1].policy, Policy::immediate_skip());
         assert!(c.route("claude", Protocol::OpenAi).is_none());
+    }
+
+    #[test]
+    fn the_example_config_loads() {
+        let text = include_str!("../../../examples/rebound.toml");
+        let c = load(
+            "examples/rebound.toml",
+            text,
+            &Overrides::default(),
+            &[("X", "y")],
+        )
+        .unwrap();
+        let gpt = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+        assert_eq!(gpt.candidates.len(), 2);
+        assert_eq!(
+            gpt.candidates[1].model.as_deref(),
+            Some("openai/gpt-4o-mini")
+        );
+        assert_eq!(
+            gpt.candidates[0].policy.hard.reset_wait.map(|r| r.max),
+            Some(Duration::from_secs(600))
+        );
+        assert!(c.route("claude-sonnet-4-5", Protocol::Anthropic).is_some());
+        assert!(c.route("llama", Protocol::OpenAi).is_none());
     }
 
     #[test]

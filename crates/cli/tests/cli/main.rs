@@ -9,3 +9,4 @@
 
 mod chaos;
 mod classify;
+mod serve;
