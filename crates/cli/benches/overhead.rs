@@ -1,0 +1,366 @@
+//! What one extra hop through `rebound serve` costs, measured in one run against the same
+//! upstream (`rebound chaos`, no faults), with nginx as the reference proxy when installed.
+//!
+//! Run: `cargo bench -p rebound --bench overhead`
+//! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
+//! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
+//! the open-loop generator below (requests start on a fixed schedule whatever the answers do,
+//! so a slow path cannot slow its own load). Idle-stream memory reads the gateway's RSS.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::print_stdout,
+    clippy::print_stderr,
+    missing_docs,
+    reason = "a benchmark program that prints"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use rebound_runtime::{HttpClient, Timeouts};
+
+const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
+const STREAM_BODY: &str =
+    r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts a rebound command and reads its listening address from the banner.
+fn rebound(args: &[&str]) -> (Proc, SocketAddr) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("rebound starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    (Proc(child), addr)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn nginx(upstream: SocketAddr) -> Option<(Proc, SocketAddr)> {
+    let binary = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).exists())?;
+    let dir = std::env::temp_dir().join(format!("rebound-bench-nginx-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("logs")).ok()?;
+    let port = free_port();
+    let conf = format!(
+        "worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/logs/error.log;\nevents {{ worker_connections 8192; }}\nhttp {{\n access_log off;\n upstream up {{ server {upstream}; keepalive 64; }}\n server {{\n  listen 127.0.0.1:{port};\n  location / {{ proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection \"\"; proxy_buffering off; }}\n }}\n}}\n",
+        d = dir.display()
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).ok()?;
+    let child = Command::new(binary)
+        .args([
+            "-c",
+            &dir.join("nginx.conf").display().to_string(),
+            "-p",
+            &dir.display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().ok()?;
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(addr).is_ok() {
+            return Some((Proc(child), addr));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// `wrk -t1 -c16 -d4s` on a non-streaming POST: requests per second.
+fn wrk(addr: SocketAddr) -> Option<f64> {
+    let script = std::env::temp_dir().join(format!("rebound-bench-{}.lua", std::process::id()));
+    std::fs::write(
+        &script,
+        format!("wrk.method = \"POST\"\nwrk.body = '{BODY}'\nwrk.headers[\"Content-Type\"] = \"application/json\"\n"),
+    )
+    .ok()?;
+    let out = Command::new("wrk")
+        .args([
+            "-t1",
+            "-c16",
+            "-d4s",
+            "-s",
+            &script.display().to_string(),
+            &format!("http://{addr}/v1/chat/completions"),
+        ])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Open-loop load at `rate` requests per second for `seconds`: latency (or time to the first
+/// token, for streams) of each request.
+async fn fixed_rate(addr: SocketAddr, stream: bool, rate: u32, seconds: u32) -> Vec<Duration> {
+    let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
+    let n = rate * seconds;
+    let interval = Duration::from_secs(1) / rate;
+    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let mut tasks = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let client = std::sync::Arc::clone(&client);
+        let at = start + interval * i;
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            // Latency from the moment of sending: the timer's millisecond granularity would
+            // otherwise add up to a millisecond of noise to both paths.
+            let at = tokio::time::Instant::now();
+            let body = if stream { STREAM_BODY } else { BODY };
+            let request = Request::post(format!("http://{addr}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap();
+            let response = client.send(request).await.ok()?;
+            let mut body = response.into_body();
+            if stream {
+                // Time to the first content byte (the first token), not to the preamble:
+                // rebound holds preambles back until content arrives, by design.
+                let mut first = None;
+                while let Some(Ok(frame)) = body.frame().await {
+                    if first.is_none()
+                        && frame
+                            .data_ref()
+                            .is_some_and(|d| d.windows(5).any(|w| w == b"Hello"))
+                    {
+                        first = Some(at.elapsed());
+                    }
+                }
+                first
+            } else {
+                body.collect().await.ok()?;
+                Some(at.elapsed())
+            }
+        }));
+    }
+    let mut out = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Ok(Some(d)) = task.await {
+            out.push(d);
+        }
+    }
+    out.sort();
+    out
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .map(|v| v.trim().trim_end_matches(" kB").trim().parse().unwrap_or(0))
+        })
+        .unwrap_or(0)
+}
+
+/// Opens `n` streams through the gateway whose upstream stalls after one chunk; returns the
+/// gateway's RSS growth per stream in KiB.
+async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, n: usize) -> f64 {
+    let before = rss_kib(gateway_pid);
+    let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
+    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
+    let mut held = Vec::with_capacity(n);
+    for _ in 0..n {
+        let client = std::sync::Arc::clone(&client);
+        let ready = ready_tx.clone();
+        held.push(tokio::spawn(async move {
+            let request = Request::post(format!("http://{gateway}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .header("x-chaos-key", "idle")
+                .body(Full::new(Bytes::from_static(STREAM_BODY.as_bytes())))
+                .unwrap();
+            let Ok(response) = client.send(request).await else {
+                return;
+            };
+            let mut body = response.into_body();
+            body.frame().await;
+            let _ = ready.send(()).await;
+            // Hold the stream open until the task is aborted.
+            while body.frame().await.is_some() {}
+        }));
+    }
+    drop(ready_tx);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut open = 0;
+    while open < n && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_secs(5), ready_rx.recv()).await {
+            Ok(Some(())) => open += 1,
+            _ => break,
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss_kib(gateway_pid);
+    for task in held {
+        task.abort();
+    }
+    println!("  {open} of {n} streams open; gateway RSS {before} KiB → {after} KiB");
+    (after.saturating_sub(before)) as f64 / open.max(1) as f64
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    let (chaos_proc, chaos) =
+        rebound(&["chaos", "--listen", "127.0.0.1:0", "--chunk-delay-ms", "0"]);
+    let upstream_openai = format!("http://{chaos}/v1");
+    let upstream_anthropic = format!("http://{chaos}");
+    let (gateway_proc, gateway) = rebound(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--openai-upstream",
+        &upstream_openai,
+        "--anthropic-upstream",
+        &upstream_anthropic,
+    ]);
+    let proxy = nginx(chaos);
+    println!(
+        "rebound overhead benchmark: loopback, {} cores, upstream rebound chaos (no faults)\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+
+    println!("saturation: wrk -t1 -c16 -d4s, non-streaming POST /v1/chat/completions");
+    match wrk(chaos) {
+        None => println!("  wrk is not installed (apt-get install wrk): saturation skipped"),
+        Some(direct) => {
+            let nginx_rps = proxy.as_ref().and_then(|(_, addr)| wrk(*addr));
+            let rebound_rps = wrk(gateway).unwrap_or(0.0);
+            println!(
+                "  {:<24} {:>12} {:>16} {:>16}",
+                "path", "requests/s", "ratio to direct", "ratio to nginx"
+            );
+            println!(
+                "  {:<24} {:>12.0} {:>16.3} {:>16}",
+                "direct to chaos", direct, 1.0, ""
+            );
+            match nginx_rps {
+                Some(n) => println!(
+                    "  {:<24} {:>12.0} {:>16.3} {:>16.3}",
+                    "nginx proxy_pass",
+                    n,
+                    n / direct,
+                    1.0
+                ),
+                None => println!(
+                    "  nginx is not installed (apt-get install nginx-light): no reference row"
+                ),
+            }
+            let vs_nginx =
+                nginx_rps.map_or_else(String::new, |n| format!("{:.3}", rebound_rps / n));
+            println!(
+                "  {:<24} {:>12.0} {:>16.3} {:>16}",
+                "rebound serve",
+                rebound_rps,
+                rebound_rps / direct,
+                vs_nginx
+            );
+        }
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let rate = 1000;
+    println!("\nfixed rate: {rate} requests/s for 3 s, open loop (after a 1 s warm-up)");
+    println!(
+        "  {:<24} {:<16} {:>10} {:>10} {:>12} {:>12}",
+        "path", "measure", "p50", "p99", "added p50", "added p99"
+    );
+    for stream in [false, true] {
+        let measure = if stream {
+            "first token"
+        } else {
+            "whole response"
+        };
+        let mut paths = vec![("direct to chaos", chaos)];
+        if let Some((_, addr)) = &proxy {
+            paths.push(("nginx proxy_pass", *addr));
+        }
+        paths.push(("rebound serve", gateway));
+        for (_, addr) in &paths {
+            runtime.block_on(fixed_rate(*addr, stream, rate, 1));
+        }
+        let mut direct = (Duration::ZERO, Duration::ZERO);
+        for (name, addr) in &paths {
+            let sorted = runtime.block_on(fixed_rate(*addr, stream, rate, 3));
+            let (p50, p99) = (percentile(&sorted, 0.5), percentile(&sorted, 0.99));
+            if *addr == chaos {
+                direct = (p50, p99);
+                println!("  {name:<24} {measure:<16} {:>10} {:>10}", ms(p50), ms(p99));
+            } else {
+                println!(
+                    "  {name:<24} {measure:<16} {:>10} {:>10} {:>12} {:>12}",
+                    ms(p50),
+                    ms(p99),
+                    ms(p50.saturating_sub(direct.0)),
+                    ms(p99.saturating_sub(direct.1))
+                );
+            }
+        }
+    }
+
+    let streams = 2000;
+    println!(
+        "\nidle streams: {streams} streaming requests held open through rebound (upstream stalls after one chunk)"
+    );
+    let set = Request::post(format!("http://{chaos}/chaos/scripts"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(format!(
+            "{{\"idle\": \"{}\"}}",
+            vec!["stall-after-1:120000"; streams].join(", ")
+        ))))
+        .unwrap();
+    runtime.block_on(async {
+        let client = HttpClient::new(Timeouts::default()).unwrap();
+        let response = client.send(set).await.unwrap();
+        let _ = response.into_body().collect().await;
+    });
+    let per_stream = runtime.block_on(idle_streams(gateway, gateway_proc.0.id(), streams));
+    println!("  {per_stream:.1} KiB of gateway memory per open idle stream");
+    drop(proxy);
+    drop(gateway_proc);
+    drop(chaos_proc);
+}
