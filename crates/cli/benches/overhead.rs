@@ -195,8 +195,9 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// Opens `n` streams through the gateway whose upstream stalls after one chunk; returns the
 /// gateway's RSS growth per stream in KiB.
-async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, n: usize) -> f64 {
+async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, n: usize) -> f64 {
     let before = rss_kib(gateway_pid);
+    let upstream_before = rss_kib(upstream_pid);
     let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
     let mut held = Vec::with_capacity(n);
@@ -230,6 +231,11 @@ async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, n: usize) -> f64 {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(gateway_pid);
+    let upstream_after = rss_kib(upstream_pid);
+    println!(
+        "  for comparison, the upstream (a plain hyper server holding the same streams): {:.1} KiB per stream",
+        upstream_after.saturating_sub(upstream_before) as f64 / n as f64
+    );
     for task in held {
         task.abort();
     }
@@ -358,7 +364,12 @@ fn main() {
         let response = client.send(set).await.unwrap();
         let _ = response.into_body().collect().await;
     });
-    let per_stream = runtime.block_on(idle_streams(gateway, gateway_proc.0.id(), streams));
+    let per_stream = runtime.block_on(idle_streams(
+        gateway,
+        gateway_proc.0.id(),
+        chaos_proc.0.id(),
+        streams,
+    ));
     println!("  {per_stream:.1} KiB of gateway memory per open idle stream");
     drop(proxy);
     drop(gateway_proc);
