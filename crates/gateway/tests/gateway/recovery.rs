@@ -310,3 +310,52 @@ async fn terminal_failures_are_relayed_at_once() {
     assert_eq!(body["rebound"]["class"], "terminal");
     assert_eq!(chaos.attempts("default"), 1);
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
+    use std::io::Write;
+    let chaos = chaos("503+retry-after:2, ok").await;
+    // Real time: the wait must still be running when the client goes.
+    let text = crate::SIMPLE
+        .replace("{openai}", &chaos.openai_base_url())
+        .replace("{anthropic}", &chaos.anthropic_base_url());
+    let config = rebound_gateway::load(
+        "test.toml",
+        &text,
+        &rebound_gateway::Overrides::default(),
+        &[("CANARY_KEY", crate::CANARY)],
+    )
+    .unwrap();
+    let gateway = rebound_gateway::Gateway::new(
+        config,
+        rebound_runtime::HttpClient::new(crate::timeouts()).unwrap(),
+        std::sync::Arc::new(rebound_core::Catalogue::shipped().unwrap()),
+    )
+    .with_log(std::sync::Arc::new(rebound_gateway::NoLog));
+    let server = rebound_gateway::Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let addr = server.addr();
+    let body = crate::openai_body(false);
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            stream,
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        // The client gives up while rebound waits out the 2 s retry-after.
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        chaos.attempts("default"),
+        1,
+        "a retry went out for a client that had left"
+    );
+    let metrics = server.gateway().metrics_text();
+    assert!(metrics.contains("outcome=\"client_gone\"} 1"), "{metrics}");
+}
