@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load};
+use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
 use rebound_runtime::{HttpClient, Timeouts};
 
 use crate::bad_input;
@@ -47,9 +47,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         openai_upstream: args.openai_upstream.clone(),
         anthropic_upstream: args.anthropic_upstream.clone(),
     };
-    let config =
-        load(&name, &text, &overrides, &ProcessEnv).map_err(|e| bad_input(e.to_string()))?;
     let catalogue = crate::classify::load_catalogue(args.catalogue.as_deref())?;
+    let config = load_with(&name, &text, &overrides, &ProcessEnv, Some(&catalogue))
+        .map_err(|e| bad_input(e.to_string()))?;
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -77,6 +77,13 @@ struct ConfigFile {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PolicyFile {
+    /// A versioned policy document (`version = 1` with full per-class pipelines) instead of
+    /// field overrides.
+    version: Option<u32>,
+    /// Legacy: one action for every class (`try_next`, `stop`, `retry_same`), migrated (D5).
+    action: Option<rebound_core::policy::document::LegacyAction>,
+    /// Legacy: an action per semantic code, migrated (D5).
+    rules: Option<BTreeMap<String, rebound_core::policy::document::LegacyAction>>,
     /// `interactive` (default) or `skip`.
     preset: Option<String>,
     rate_limit: Option<ClassPolicyFile>,
@@ -215,13 +222,36 @@ pub struct Overrides {
     pub anthropic_upstream: Option<String>,
 }
 
-/// Loads `text` (named `file` in errors), applies `overrides`, reads keys from `env`.
+/// Loads `text` (named `file` in errors), applies `overrides`, reads keys from `env`. Legacy
+/// per-code policy rules are resolved against the shipped catalogue.
 pub fn load(
     file: &str,
     text: &str,
     overrides: &Overrides,
     env: &dyn Env,
 ) -> Result<Config, ConfigError> {
+    load_with(file, text, overrides, env, None)
+}
+
+/// [`load`], resolving legacy per-code policy rules against `catalogue` (the shipped one
+/// when `None`).
+pub fn load_with(
+    file: &str,
+    text: &str,
+    overrides: &Overrides,
+    env: &dyn Env,
+    catalogue: Option<&rebound_core::Catalogue>,
+) -> Result<Config, ConfigError> {
+    let shipped = std::sync::OnceLock::new();
+    let catalogue = || -> Result<&rebound_core::Catalogue, String> {
+        match catalogue {
+            Some(c) => Ok(c),
+            None => shipped
+                .get_or_init(rebound_core::Catalogue::shipped)
+                .as_ref()
+                .map_err(ToString::to_string),
+        }
+    };
     let err = |key: Option<String>, message: String| ConfigError {
         file: file.to_owned(),
         key,
@@ -278,8 +308,9 @@ pub fn load(
             "must be more than 0".into(),
         ));
     }
-    let default_policy = compile_policy(&parsed.policy, &Policy::interactive(), "policy")
-        .map_err(|(key, message)| err(Some(key), message))?;
+    let default_policy =
+        compile_policy(&parsed.policy, &Policy::interactive(), "policy", &catalogue)
+            .map_err(|(key, message)| err(Some(key), message))?;
 
     let mut candidates: BTreeMap<String, Arc<Candidate>> = BTreeMap::new();
     for c in &parsed.candidate {
@@ -337,6 +368,7 @@ pub fn load(
             &c.policy,
             &default_policy,
             &format!("candidate.{}.policy", c.id),
+            &catalogue,
         )
         .map_err(|(key, message)| err(Some(key), message))?;
         let candidate = Candidate {
@@ -455,7 +487,25 @@ fn default_backoff(class: Class) -> Backoff {
     }
 }
 
-fn compile_policy(file: &PolicyFile, base: &Policy, at: &str) -> Result<Policy, (String, String)> {
+fn compile_policy<'c>(
+    file: &PolicyFile,
+    base: &Policy,
+    at: &str,
+    catalogue: &dyn Fn() -> Result<&'c rebound_core::Catalogue, String>,
+) -> Result<Policy, (String, String)> {
+    if file.version.is_some() || file.action.is_some() || file.rules.is_some() {
+        if file.preset.is_some() {
+            return Err((
+                format!("{at}.preset"),
+                "a policy document has no preset".into(),
+            ));
+        }
+        let document = document_of(file, at)?;
+        let catalogue = catalogue().map_err(|e| (at.to_owned(), e))?;
+        return document
+            .compile(base, catalogue)
+            .map_err(|e| (format!("{at}.{}", e.field), e.message));
+    }
     let mut policy = match file.preset.as_deref() {
         None => *base,
         Some("interactive") => Policy::interactive(),
@@ -481,6 +531,70 @@ fn compile_policy(file: &PolicyFile, base: &Policy, at: &str) -> Result<Policy, 
         *target = compile_class(over, *target, class, &format!("{at}.{name}"))?;
     }
     Ok(policy)
+}
+
+/// A versioned document or a legacy action map, written as a TOML table.
+fn document_of(
+    file: &PolicyFile,
+    at: &str,
+) -> Result<rebound_core::policy::document::PolicyDocument, (String, String)> {
+    use rebound_core::policy::document::{
+        ClassDocument, ExhaustedDocument, MaxDocument, PolicyDocument, ResetWaitDocument,
+        RetryDocument,
+    };
+    let class = |name: &str,
+                 c: &Option<ClassPolicyFile>|
+     -> Result<Option<ClassDocument>, (String, String)> {
+        let Some(c) = c else { return Ok(None) };
+        let field = |f: &str| format!("{at}.{name}.{f}");
+        let exhausted = match c.exhausted.as_deref() {
+            Some("skip") => ExhaustedDocument::Skip,
+            Some("stop") => ExhaustedDocument::Stop,
+            Some(other) => {
+                return Err((
+                    field("exhausted"),
+                    format!("`{other}` is neither skip nor stop"),
+                ));
+            }
+            None => {
+                return Err((
+                    field("exhausted"),
+                    "a versioned document names every class's exhausted outcome".into(),
+                ));
+            }
+        };
+        let retry = match &c.retries {
+            None => None,
+            Some(r) => Some(RetryDocument {
+                max: match r {
+                    RetriesFile::Count(n) => MaxDocument::Count(*n),
+                    RetriesFile::Word(w) => MaxDocument::Word(w.clone()),
+                },
+                initial_ms: c
+                    .initial_ms
+                    .ok_or_else(|| (field("initial_ms"), "needed with retries".to_owned()))?,
+                cap_ms: c
+                    .cap_ms
+                    .ok_or_else(|| (field("cap_ms"), "needed with retries".to_owned()))?,
+                jitter: c.jitter.unwrap_or(0.0),
+            }),
+        };
+        Ok(Some(ClassDocument {
+            reset_wait: c
+                .reset_wait_max_ms
+                .map(|max_ms| ResetWaitDocument { max_ms }),
+            retry,
+            exhausted,
+        }))
+    };
+    Ok(PolicyDocument {
+        version: file.version,
+        rate_limit: class("rate_limit", &file.rate_limit)?,
+        transient: class("transient", &file.transient)?,
+        hard: class("hard", &file.hard)?,
+        action: file.action,
+        rules: file.rules.clone(),
+    })
 }
 
 fn compile_class(
@@ -734,6 +848,67 @@ candidates = ["a", "b"]
         );
         assert!(c.route("claude-sonnet-4-5", Protocol::Anthropic).is_some());
         assert!(c.route("llama", Protocol::OpenAi).is_none());
+    }
+
+    #[test]
+    fn policy_documents_and_legacy_maps_in_the_config() {
+        let text = r#"
+[[candidate]]
+id = "versioned"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+policy = { version = 1, rate_limit = { retries = 2, initial_ms = 500, cap_ms = 4000, exhausted = "skip" }, hard = { reset_wait_max_ms = 60000, exhausted = "skip" } }
+
+[[candidate]]
+id = "legacy"
+protocol = "openai"
+base_url = "http://127.0.0.1:2/v1"
+policy = { action = "try_next" }
+
+[[candidate]]
+id = "per-code"
+protocol = "openai"
+base_url = "http://127.0.0.1:3/v1"
+policy = { rules = { overloaded = "retry_same" } }
+
+[[route]]
+id = "r"
+models = ["*"]
+candidates = ["versioned", "legacy", "per-code"]
+"#;
+        let c = load_text(text).unwrap();
+        let route = c.route("m", Protocol::OpenAi).unwrap();
+        let versioned = &route.candidates[0].policy;
+        assert_eq!(
+            versioned.rate_limit.retry.map(|r| r.limit),
+            Some(Limit::Count(2))
+        );
+        assert_eq!(
+            versioned.hard.reset_wait.map(|r| r.max),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            versioned.transient,
+            Policy::interactive().transient,
+            "left out: the default"
+        );
+        assert_eq!(*route.candidates[1].policy, Policy::immediate_skip());
+        assert_eq!(
+            route.candidates[2].policy.transient.retry.map(|r| r.limit),
+            Some(Limit::Count(1))
+        );
+
+        let conflict = text.replace(
+            "rules = { overloaded = \"retry_same\" }",
+            "rules = { overloaded = \"retry_same\", bad_gateway = \"stop\" }",
+        );
+        let e = load_text(&conflict).unwrap_err();
+        assert_eq!(
+            e.key.as_deref(),
+            Some("candidate.per-code.policy.rules.overloaded"),
+            "{e}"
+        );
+        assert!(e.message.contains("bad_gateway"), "{e}");
     }
 
     #[test]

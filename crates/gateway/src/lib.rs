@@ -26,6 +26,8 @@ pub mod metrics;
 pub mod server;
 pub mod shape;
 
-pub use config::{Config, ConfigError, DEFAULT_CONFIG, Env, Overrides, ProcessEnv, load};
+pub use config::{
+    Config, ConfigError, DEFAULT_CONFIG, Env, Overrides, ProcessEnv, load, load_with,
+};
 pub use log::{LogSink, MemoryLog, NoLog, StderrLog};
 pub use server::{Gateway, Server};

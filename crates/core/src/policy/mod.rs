@@ -13,6 +13,8 @@ use std::time::Duration;
 use crate::backoff::{Backoff, Jitter};
 use crate::classification::{Class, Classification};
 
+pub mod document;
+
 /// The default retry budget of each retrying class: 10 retries, 11 attempts (B1).
 pub const DEFAULT_RETRIES: u32 = 10;
 
