@@ -92,6 +92,22 @@ struct Counters {
     reset_waited: [bool; CLASSES],
 }
 
+/// A turn's counters, to persist and restore (durable routes, P1): everything a [`Turn`]
+/// knows besides its route and caller.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TurnSnapshot {
+    /// The candidate the next attempt goes to.
+    pub candidate: usize,
+    /// Retries spent per class: rate_limit, transient, hard.
+    pub retries: [u32; 3],
+    /// Whether each class has used its reset wait on this candidate.
+    pub reset_waited: [bool; 3],
+    /// The attempt in flight, 1-based.
+    pub attempts: u32,
+    /// Time waited, in milliseconds.
+    pub waited_ms: u64,
+}
+
 /// The recovery state of one logical turn.
 #[derive(Clone, Debug)]
 pub struct Turn {
@@ -125,6 +141,49 @@ impl Turn {
     /// A turn with one candidate.
     pub fn single(policy: Arc<Policy>, caller: Caller) -> Self {
         Self::new(vec![policy], caller)
+    }
+
+    /// The counters, to persist.
+    pub fn snapshot(&self) -> TurnSnapshot {
+        TurnSnapshot {
+            candidate: self.candidate,
+            retries: self.counters.retries,
+            reset_waited: self.counters.reset_waited,
+            attempts: self.attempts,
+            waited_ms: u64::try_from(self.waited.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// A turn over `route` that continues from `snapshot`. A candidate past the route's end
+    /// is clamped to its last candidate.
+    pub fn restore(route: Vec<Arc<Policy>>, caller: Caller, snapshot: &TurnSnapshot) -> Self {
+        let mut turn = Self::new(route, caller);
+        turn.candidate = snapshot.candidate.min(turn.route.len() - 1);
+        turn.counters = Counters {
+            retries: snapshot.retries,
+            reset_waited: snapshot.reset_waited,
+        };
+        turn.attempts = snapshot.attempts.max(1);
+        turn.waited = Duration::from_millis(snapshot.waited_ms);
+        turn
+    }
+
+    /// Counts one more attempt to the current candidate without a failure decision: a
+    /// manual "retry now" of a durable route.
+    pub fn begin_manual_attempt(&mut self) {
+        self.attempts = self.attempts.saturating_add(1);
+    }
+
+    /// Moves to the next candidate, as a manual "skip" does; `false` on the last one.
+    pub fn skip(&mut self) -> bool {
+        if self.candidate + 1 < self.route.len() {
+            self.candidate += 1;
+            self.counters = Counters::default();
+            self.attempts = self.attempts.saturating_add(1);
+            true
+        } else {
+            false
+        }
     }
 
     /// The candidate (route position) the next attempt goes to.

@@ -460,3 +460,25 @@ fn one_policy_object_serves_every_caller() {
     assert_eq!(schedules[0], schedules[1]);
     assert_eq!(schedules[1], schedules[2]);
 }
+
+#[test]
+fn a_snapshot_restores_the_same_decisions() {
+    let policy = Arc::new(Policy::interactive());
+    let mut turn = Turn::single(Arc::clone(&policy), Caller::Session);
+    for _ in 0..4 {
+        waited(&fail(&mut turn, &e502(), now(), 0.0));
+    }
+    let snapshot = turn.snapshot();
+    let json = serde_json::to_string(&snapshot).unwrap();
+    let mut restored = Turn::restore(
+        vec![policy],
+        Caller::Session,
+        &serde_json::from_str(&json).unwrap(),
+    );
+    assert_eq!(restored.retries(Class::Transient), 4);
+    assert_eq!(
+        waited(&fail(&mut restored, &e502(), now(), 0.0)),
+        waited(&fail(&mut turn, &e502(), now(), 0.0))
+    );
+    assert_eq!(restored.snapshot(), turn.snapshot());
+}
