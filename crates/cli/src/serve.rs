@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
 use rebound_runtime::{HttpClient, Timeouts};
+use rebound_store::SqliteStore;
 
 use crate::bad_input;
 
@@ -71,15 +72,24 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
                 format!("  route {} [{}]: {}", r.id, r.models.join(", "), candidates.join(", "))
             })
             .collect();
-        let gateway = Gateway::new(config, client, Arc::new(catalogue));
+        let store_path = config.store_path.clone();
+        let store = SqliteStore::open(&store_path)
+            .map_err(|e| bad_input(format!("durable routes at {}: {e}", store_path.display())))?;
+        let gateway = Gateway::new(config, client, Arc::new(catalogue)).with_jobs(Arc::new(store));
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
+        let resumed = rebound_gateway::jobs::resume(server.gateway())
+            .await
+            .map_err(|e| bad_input(format!("durable routes at {}: {e}", store_path.display())))?;
         let addr = server.addr();
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n{}",
+            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n{}",
+            resumed.due.len(),
+            resumed.action_required.len(),
+            store_path.display(),
             routes.join("\n")
         );
         let _ = out.flush();

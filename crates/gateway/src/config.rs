@@ -66,6 +66,7 @@ struct ConfigFile {
     #[serde(default)]
     gateway_key_envs: Vec<String>,
     body_limit_bytes: Option<usize>,
+    store_path: Option<String>,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -185,6 +186,8 @@ pub struct Config {
     pub body_limit: usize,
     /// Routes, in order.
     pub routes: Vec<Route>,
+    /// The durable routes database.
+    pub store_path: std::path::PathBuf,
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -459,12 +462,34 @@ pub fn load_with(
             "at least one [[route]] is needed".into(),
         ));
     }
+    let store_path = match &parsed.store_path {
+        Some(path) if path.trim().is_empty() => {
+            return Err(err(Some("store_path".into()), "is empty".into()));
+        }
+        Some(path) => std::path::PathBuf::from(path),
+        None => default_store_path(env),
+    };
     Ok(Config {
         listen,
         gateway_keys,
         body_limit,
         routes,
+        store_path,
     })
+}
+
+/// `$XDG_DATA_HOME/rebound/routes.db`, else `~/.local/share/rebound/routes.db`, else
+/// `rebound-routes.db` in the working directory.
+fn default_store_path(env: &dyn Env) -> std::path::PathBuf {
+    if let Some(data) = env.var("XDG_DATA_HOME") {
+        return std::path::Path::new(&data)
+            .join("rebound")
+            .join("routes.db");
+    }
+    if let Some(home) = env.var("HOME") {
+        return std::path::Path::new(&home).join(".local/share/rebound/routes.db");
+    }
+    std::path::PathBuf::from("rebound-routes.db")
 }
 
 fn one_line(text: &str) -> String {

@@ -82,7 +82,14 @@ impl Head {
     }
 }
 
-struct ChannelBody(mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+/// A response body fed by a channel.
+pub(crate) struct ChannelBody(mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+
+impl ChannelBody {
+    pub(crate) fn new(rx: mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>) -> Self {
+        ChannelBody(rx)
+    }
+}
 
 impl hyper::body::Body for ChannelBody {
     type Data = Bytes;

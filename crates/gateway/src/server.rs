@@ -36,6 +36,7 @@ pub struct Gateway {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) sleeper: Arc<dyn Sleeper>,
     pub(crate) rng: Mutex<fastrand::Rng>,
+    pub(crate) jobs: Option<crate::jobs::Jobs>,
 }
 
 impl Gateway {
@@ -50,7 +51,14 @@ impl Gateway {
             clock: Arc::new(SystemClock),
             sleeper: Arc::new(TokioSleeper),
             rng: Mutex::new(fastrand::Rng::new()),
+            jobs: None,
         }
+    }
+
+    /// Enables durable jobs (`/v1/rebound/jobs`), kept in `store`.
+    pub fn with_jobs(mut self, store: Arc<dyn rebound_store::RouteStore>) -> Self {
+        self.jobs = Some(crate::jobs::Jobs::new(store));
+        self
     }
 
     /// Sends log lines to `log`.
@@ -249,6 +257,22 @@ async fn handle(
             gateway.metrics.render(),
         )),
         (&Method::GET, "/healthz") => Ok(full(StatusCode::OK, "text/plain", "ok\n")),
+        (method, p) if p == "/v1/rebound/jobs" || p.starts_with("/v1/rebound/jobs/") => {
+            let method = method.clone();
+            let limit = gateway.config.body_limit;
+            let body = match Limited::new(req.into_body(), limit).collect().await {
+                Ok(collected) => collected.to_bytes(),
+                Err(_) => {
+                    return Ok(error(
+                        protocol,
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "invalid_request_error",
+                        "rebound: the job is too large",
+                    ));
+                }
+            };
+            Ok(crate::jobs::handle(gateway, &method, &path, body).await)
+        }
         _ => Ok(error(
             protocol,
             StatusCode::NOT_FOUND,
