@@ -9,6 +9,7 @@
 )]
 
 mod front;
+mod jobs;
 mod recovery;
 
 use std::sync::Arc;
