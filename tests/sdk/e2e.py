@@ -6,9 +6,11 @@ Prints one line per check and closes with `N passed, M failed`; exits non-zero o
 """
 
 import json
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -24,8 +26,12 @@ def free_port():
         return s.getsockname()[1]
 
 
+DATA = tempfile.mkdtemp(prefix="rebound-e2e-")  # the gateway's durable-routes database
+
+
 def start(args):
-    proc = subprocess.Popen([REBOUND, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    env = dict(os.environ, XDG_DATA_HOME=DATA)
+    proc = subprocess.Popen([REBOUND, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     proc.stdout.readline()  # the banner's first line: listening
     return proc
 

@@ -6,6 +6,7 @@
 mod chaos;
 mod classify;
 mod demo;
+mod jobs;
 mod serve;
 
 use std::io::Write;
@@ -48,6 +49,8 @@ enum Command {
     Classify(classify::ClassifyArgs),
     /// Run the OpenAI- and Anthropic-compatible recovery gateway.
     Serve(serve::ServeArgs),
+    /// Durable jobs on a running gateway: list, show, retry, skip, stop.
+    Jobs(jobs::JobsArgs),
     /// Everything at once, offline: chaos upstream, gateway, a few dozen failing requests.
     Demo(demo::DemoArgs),
     /// Run a fault-injecting upstream that speaks OpenAI and Anthropic, for testing recovery.
@@ -81,6 +84,7 @@ fn main() -> ExitCode {
         Command::Chaos(args) => chaos::run(args),
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Jobs(args) => jobs::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,23 +1,9 @@
 //! `rebound chaos` as a user starts it.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-fn http(addr: &str, request: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => response.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("{e} after {:?}", String::from_utf8_lossy(&response)),
-        }
-    }
-    String::from_utf8(response).unwrap()
-}
+use crate::http;
 
 #[test]
 fn serves_scripts_and_counts_attempts() {

@@ -1,0 +1,196 @@
+//! Durable jobs across crashes: SIGKILL the gateway while a job waits, and while an attempt
+//! is in flight (P1, P3), with `rebound chaos` counting every request.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::http;
+
+struct Proc(Child, String);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start(args: &[&str]) -> Proc {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    // Keep draining the banner so the process never meets a closed pipe.
+    std::thread::spawn(move || for _ in reader.lines() {});
+    let addr = first.trim().rsplit(' ').next().unwrap().to_owned();
+    Proc(child, addr)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rebound-jobs-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn serve(dir: &Path, chaos: &str) -> Proc {
+    let config = dir.join("rebound.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\nstore_path = \"{}\"\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{chaos}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n",
+            dir.join("routes.db").display()
+        ),
+    )
+    .unwrap();
+    start(&["serve", "--config", config.to_str().unwrap()])
+}
+
+fn body_of(response: &str) -> Value {
+    serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or("null")).unwrap_or(Value::Null)
+}
+
+fn post(addr: &str, path: &str, body: &str) -> Value {
+    body_of(&http(
+        addr,
+        &format!(
+            "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    ))
+}
+
+fn get(addr: &str, path: &str) -> Value {
+    body_of(&http(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"),
+    ))
+}
+
+fn wait_for(addr: &str, id: &str, state: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let job = get(addr, &format!("/v1/rebound/jobs/{id}"));
+        if job["state"] == state {
+            return job;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job never reached {state}: {job}"
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+fn attempts(chaos: &str) -> u64 {
+    get(chaos, "/chaos/attempts")["default"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+const JOB: &str = r#"{"protocol": "openai", "request": {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}}"#;
+
+#[test]
+fn a_job_waiting_on_a_deadline_survives_sigkill_and_resumes_at_its_deadline() {
+    let dir = temp_dir("wait");
+    let chaos = start(&[
+        "chaos",
+        "--listen",
+        "127.0.0.1:0",
+        "--chunk-delay-ms",
+        "0",
+        "--script",
+        "default=429+retry-after:2, ok",
+    ]);
+    let gateway = serve(&dir, &chaos.1);
+    let id = post(&gateway.1, "/v1/rebound/jobs", JOB)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let waiting = wait_for(&gateway.1, &id, "waiting", Duration::from_secs(5));
+    let deadline = waiting["deadline_ms"].as_u64().unwrap();
+    drop(gateway); // SIGKILL
+    let gateway = serve(&dir, &chaos.1);
+    let done = wait_for(&gateway.1, &id, "succeeded", Duration::from_secs(10));
+    let attempts_on_record = done["attempts"].as_array().unwrap();
+    assert_eq!(attempts_on_record.len(), 2, "{done}");
+    assert!(
+        attempts_on_record[1]["started_ms"].as_u64().unwrap() >= deadline,
+        "resumed before its deadline: {done}"
+    );
+    assert_eq!(attempts(&chaos.1), 2, "no extra attempt after the restart");
+    drop(gateway);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_job_killed_with_an_attempt_in_flight_needs_action_and_is_not_resent() {
+    let dir = temp_dir("flight");
+    let chaos = start(&[
+        "chaos",
+        "--listen",
+        "127.0.0.1:0",
+        "--chunk-delay-ms",
+        "0",
+        "--script",
+        "default=stall:3000, ok",
+    ]);
+    let gateway = serve(&dir, &chaos.1);
+    let id = post(&gateway.1, "/v1/rebound/jobs", JOB)["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    wait_for(&gateway.1, &id, "dispatching", Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(100));
+    drop(gateway); // SIGKILL while the attempt is out
+    let gateway = serve(&dir, &chaos.1);
+    let job = wait_for(&gateway.1, &id, "action_required", Duration::from_secs(5));
+    assert_eq!(job["error"]["reason"], "attempt_may_have_been_sent");
+    assert_eq!(job["attempts"][0]["outcome"], "unknown");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(
+        attempts(&chaos.1),
+        1,
+        "the attempt that may have been sent was not re-sent"
+    );
+
+    // A human decides: retry now. The CLI fences the action by the generation it read.
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args([
+            "jobs",
+            "retry",
+            &id,
+            "--gateway",
+            &format!("http://{}", gateway.1),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for(&gateway.1, &id, "succeeded", Duration::from_secs(5));
+    assert_eq!(attempts(&chaos.1), 2);
+    let list = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args([
+            "jobs",
+            "list",
+            "--gateway",
+            &format!("http://{}", gateway.1),
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains(&id));
+    drop(gateway);
+    std::fs::remove_dir_all(dir).unwrap();
+}
