@@ -41,8 +41,10 @@ impl Drop for Proc {
 
 /// Starts a rebound command and reads its listening address from the banner.
 fn rebound(args: &[&str]) -> (Proc, SocketAddr) {
+    let data = std::env::temp_dir().join(format!("rebound-bench-data-{}", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
         .args(args)
+        .env("XDG_DATA_HOME", data)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
