@@ -21,7 +21,7 @@ use rebound_core::{
     TransportKind, Turn,
 };
 use rebound_runtime::Protocol;
-use rebound_runtime::http::{TransportFailure, body_failure};
+use rebound_runtime::http::{TransportFailure, body_failure, read_body};
 use rebound_runtime::provider::{StreamItem, stream_items};
 use rebound_runtime::sse::SseFramer;
 use tokio::sync::{mpsc, oneshot};
@@ -564,41 +564,6 @@ fn transport_failure(
     })
 }
 
-async fn read_all(
-    body: &mut Incoming,
-    limit: usize,
-    idle: Duration,
-    down: &mut Downstream,
-) -> Result<Bytes, Option<TransportFailure>> {
-    let mut out = BytesMut::new();
-    loop {
-        let frame = tokio::select! {
-            biased;
-            _ = down.gone() => return Err(None),
-            frame = tokio::time::timeout(idle, body.frame()) => frame,
-        };
-        match frame {
-            Err(_) => {
-                return Err(Some(TransportFailure {
-                    kind: TransportKind::IdleTimeout,
-                    message: format!("no body bytes for {} s", idle.as_secs_f64()),
-                }));
-            }
-            Ok(None) => return Ok(out.freeze()),
-            Ok(Some(Err(e))) => return Err(Some(body_failure(&e))),
-            Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    let room = limit.saturating_sub(out.len());
-                    out.extend_from_slice(&data[..data.len().min(room)]);
-                    if out.len() >= limit {
-                        return Ok(out.freeze());
-                    }
-                }
-            }
-        }
-    }
-}
-
 async fn attempt(
     job: &Job,
     candidate: &Candidate,
@@ -632,7 +597,7 @@ async fn attempt(
     let (parts, mut body) = response.into_parts();
     let idle = gateway.client.timeouts().idle;
     if !parts.status.is_success() {
-        let bytes = match read_all(&mut body, ERROR_BODY_LIMIT, idle, down).await {
+        let bytes = match read_body(&mut body, ERROR_BODY_LIMIT, idle, down.gone()).await {
             Ok(bytes) => bytes,
             Err(None) => return Attempt::ClientGone,
             Err(Some(_)) => Bytes::new(),
@@ -662,7 +627,7 @@ async fn attempt(
     let mut headers = relayable(&parts.headers);
     rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
     if !job.stream {
-        let bytes = match read_all(&mut body, RESPONSE_LIMIT, idle, down).await {
+        let bytes = match read_body(&mut body, RESPONSE_LIMIT, idle, down.gone()).await {
             Ok(bytes) => bytes,
             Err(None) => return Attempt::ClientGone,
             Err(Some(failure)) => return transport_failure(&base, failure, Phase::Setup, false),

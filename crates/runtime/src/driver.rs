@@ -7,11 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use rebound_core::backoff::Jitter;
-use rebound_core::status::StopReason;
 use rebound_core::{
     Action, Caller, Catalogue, Diagnostics, Evidence, Failure, Headers, Phase, Policy, Safety,
     TransportKind, Turn,
@@ -20,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink, Outcome};
-use crate::http::{HttpClient, Timeouts, TransportFailure, body_failure};
+use crate::http::{HttpClient, Timeouts, TransportFailure, body_failure, read_body};
 use crate::provider::{ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
 
@@ -381,12 +379,13 @@ impl<'r> TurnDriver<'r> {
         let idle = self.runtime.client.timeouts().idle;
         let mut body_in = response.into_body();
         if !status.is_success() {
-            let bytes = match read_body(&mut body_in, ERROR_BODY_LIMIT, idle, cancel).await {
-                Ok(bytes) => bytes,
-                Err(None) => return Err(Ok(AttemptError::Aborted)),
-                // A broken error body: the status and headers alone are evidence (C5).
-                Err(Some(_)) => Bytes::new(),
-            };
+            let bytes =
+                match read_body(&mut body_in, ERROR_BODY_LIMIT, idle, cancel.cancelled()).await {
+                    Ok(bytes) => bytes,
+                    Err(None) => return Err(Ok(AttemptError::Aborted)),
+                    // A broken error body: the status and headers alone are evidence (C5).
+                    Err(Some(_)) => Bytes::new(),
+                };
             return Err(Ok(AttemptError::Failed {
                 evidence: Evidence {
                     status: Some(status.as_u16()),
@@ -398,11 +397,12 @@ impl<'r> TurnDriver<'r> {
             }));
         }
         if !stream {
-            let bytes = match read_body(&mut body_in, RESPONSE_LIMIT, idle, cancel).await {
-                Ok(bytes) => bytes,
-                Err(None) => return Err(Ok(AttemptError::Aborted)),
-                Err(Some(failure)) => return Err(fail(failure, Phase::Setup, false)),
-            };
+            let bytes =
+                match read_body(&mut body_in, RESPONSE_LIMIT, idle, cancel.cancelled()).await {
+                    Ok(bytes) => bytes,
+                    Err(None) => return Err(Ok(AttemptError::Aborted)),
+                    Err(Some(failure)) => return Err(fail(failure, Phase::Setup, false)),
+                };
             return match provider.parse_complete(&bytes) {
                 Some(mut response) if !response.is_empty() => {
                     response.message_id = message_id.to_owned();
@@ -539,49 +539,4 @@ fn tool_call(calls: &mut Vec<ToolCall>, index: usize) -> &mut ToolCall {
         calls.resize_with(index + 1, ToolCall::default);
     }
     &mut calls[index]
-}
-
-/// Reads a body up to `limit` bytes with `idle` between pieces. `Err(None)`: aborted.
-async fn read_body(
-    body: &mut Incoming,
-    limit: usize,
-    idle: Duration,
-    cancel: &CancellationToken,
-) -> Result<Bytes, Option<TransportFailure>> {
-    let mut out = BytesMut::new();
-    loop {
-        let frame = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(None),
-            frame = tokio::time::timeout(idle, body.frame()) => frame,
-        };
-        match frame {
-            Err(_) => {
-                return Err(Some(TransportFailure {
-                    kind: TransportKind::IdleTimeout,
-                    message: format!("no body bytes for {} s", idle.as_secs_f64()),
-                }));
-            }
-            Ok(None) => return Ok(out.freeze()),
-            Ok(Some(Err(e))) => return Err(Some(body_failure(&e))),
-            Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    let room = limit.saturating_sub(out.len());
-                    out.extend_from_slice(&data[..data.len().min(room)]);
-                    if out.len() >= limit {
-                        return Ok(out.freeze());
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// True when a stop came from a budget running out (for callers that want to tell
-/// "exhausted" from "never retryable").
-pub fn is_exhaustion(diagnostics: &Diagnostics) -> bool {
-    matches!(
-        diagnostics.reason,
-        StopReason::Exhausted | StopReason::RouteEnded
-    )
 }

@@ -167,3 +167,43 @@ pub fn body_failure(e: &hyper::Error) -> TransportFailure {
     };
     TransportFailure { kind, message }
 }
+
+/// Reads a response body, at most `limit` bytes (the rest is dropped), with at most `idle`
+/// between two pieces. `Err(None)` when `cancelled` completes first; `Err(Some(_))` for a
+/// body that broke off or went quiet.
+pub async fn read_body<F: std::future::Future<Output = ()>>(
+    body: &mut Incoming,
+    limit: usize,
+    idle: Duration,
+    cancelled: F,
+) -> Result<Bytes, Option<TransportFailure>> {
+    use http_body_util::BodyExt;
+    let mut out = bytes::BytesMut::new();
+    let mut cancelled = std::pin::pin!(cancelled);
+    loop {
+        let frame = tokio::select! {
+            biased;
+            () = &mut cancelled => return Err(None),
+            frame = tokio::time::timeout(idle, body.frame()) => frame,
+        };
+        match frame {
+            Err(_) => {
+                return Err(Some(TransportFailure {
+                    kind: TransportKind::IdleTimeout,
+                    message: format!("no body bytes for {} s", idle.as_secs_f64()),
+                }));
+            }
+            Ok(None) => return Ok(out.freeze()),
+            Ok(Some(Err(e))) => return Err(Some(body_failure(&e))),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    let room = limit.saturating_sub(out.len());
+                    out.extend_from_slice(&data[..data.len().min(room)]);
+                    if out.len() >= limit {
+                        return Ok(out.freeze());
+                    }
+                }
+            }
+        }
+    }
+}
