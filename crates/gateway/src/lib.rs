@@ -25,6 +25,7 @@ pub mod forward;
 pub mod jobs;
 pub mod log;
 pub mod metrics;
+pub mod models;
 pub mod server;
 pub mod shape;
 

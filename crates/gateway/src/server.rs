@@ -250,7 +250,7 @@ async fn handle(
         (&Method::POST, "/v1/chat/completions" | "/v1/messages") => {
             Ok(model_request(gateway, protocol, req).await)
         }
-        (&Method::GET, "/v1/models") => Ok(forward::models(&gateway).await),
+        (&Method::GET, "/v1/models") => Ok(crate::models::models(&gateway).await),
         (&Method::GET, "/metrics") => Ok(full(
             StatusCode::OK,
             "text/plain; version=0.0.4",

@@ -1,0 +1,373 @@
+//! The forwarder: one client request, attempted against the route's candidates until the
+//! first success or one terminal error (G2–G4, G6).
+//!
+//! Before the commit point (the first content-bearing event of a stream, or the whole body of
+//! a non-streaming answer) nothing has reached the client, so every retry and fallback is
+//! invisible. After it, upstream bytes are forwarded untouched, whole SSE events at a time; a
+//! failure then ends the stream with the provider's own in-stream error event, unless the
+//! client asked for `x-rebound-replay: restart`.
+
+mod downstream;
+mod upstream;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use hyper::body::Frame;
+use rebound_core::backoff::Jitter;
+use rebound_core::status::StopReason;
+use rebound_core::{
+    Action, Caller, Diagnostics, Failure, RetryStatus, Safety, TransportKind, Turn,
+};
+use rebound_runtime::Protocol;
+use tokio::sync::{mpsc, oneshot};
+
+pub(crate) use downstream::{ChannelBody, Downstream, Head};
+pub(crate) use upstream::relayable;
+use upstream::{Attempt, FailedAttempt, attempt};
+
+use crate::config::{Candidate, Route};
+use crate::log::format_line;
+use crate::server::Gateway;
+use crate::shape;
+
+/// The marker event sent to `x-rebound-replay: restart` clients before a replay.
+pub const RESTART_EVENT: &str = "rebound_restart";
+
+/// One client request.
+pub(crate) struct Job {
+    pub(crate) gateway: Arc<Gateway>,
+    pub(crate) protocol: Protocol,
+    pub(crate) route: Route,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    pub(crate) stream: bool,
+    pub(crate) restart: bool,
+}
+
+fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &str, route: &str) {
+    let mut put = |name: &'static str, value: String| {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    };
+    put("x-rebound-attempts", attempts.to_string());
+    put("x-rebound-candidate", candidate.to_owned());
+    put("x-rebound-route-id", route.to_owned());
+}
+
+/// Runs a job to its one response.
+pub(crate) async fn run(
+    job: Job,
+    head: oneshot::Sender<Head>,
+    body: mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>,
+) {
+    let mut down = Downstream {
+        head: Some(head),
+        body,
+    };
+    let gateway = Arc::clone(&job.gateway);
+    let policies = job
+        .route
+        .candidates
+        .iter()
+        .map(|c| Arc::clone(&c.policy))
+        .collect();
+    let mut turn = Turn::new(policies, Caller::Session);
+    let mut attempts = 0u32;
+    let mut last_class: Option<&'static str> = None;
+    let protocol_name = match job.protocol {
+        Protocol::OpenAi => "openai",
+        Protocol::Anthropic => "anthropic",
+    };
+    loop {
+        let Some(candidate) = job.route.candidates.get(turn.candidate()).cloned() else {
+            return;
+        };
+        attempts += 1;
+        gateway.metrics.attempt(&candidate.id);
+        let outcome = attempt(&job, &candidate, &mut down, attempts).await;
+        let failed = match outcome {
+            Attempt::Delivered => {
+                let outcome = if attempts == 1 { "ok" } else { "recovered" };
+                if let Some(class) = last_class {
+                    gateway.metrics.recovery(class);
+                }
+                gateway.metrics.request(protocol_name, outcome);
+                gateway.log.line(&format_line(&[
+                    ("route", job.route.id.clone()),
+                    ("candidate", candidate.id.clone()),
+                    ("attempt", attempts.to_string()),
+                    ("outcome", "ok".into()),
+                ]));
+                return;
+            }
+            Attempt::ClientGone => {
+                gateway.metrics.request(protocol_name, "client_gone");
+                return;
+            }
+            Attempt::Failed(failed) => failed,
+        };
+        let now = gateway.clock.now();
+        let classification = gateway.catalogue.classify(&failed.evidence, now);
+        let safety = if failed.delivered && !job.restart {
+            Safety::Ambiguous
+        } else {
+            Safety::Replayable
+        };
+        let action = turn.on_failure(
+            Failure {
+                evidence: &failed.evidence,
+                classification: &classification,
+                safety,
+            },
+            now,
+            Jitter::new(gateway.draw()),
+        );
+        let class = classification.verdict.label();
+        let code = classification
+            .code
+            .as_ref()
+            .map_or("-", |c| c.as_str())
+            .to_owned();
+        last_class = Some(class);
+        let mut line = vec![
+            ("route", job.route.id.clone()),
+            ("candidate", candidate.id.clone()),
+            ("attempt", attempts.to_string()),
+            ("outcome", "failed".into()),
+            ("phase", failed.evidence.phase.as_str().to_owned()),
+            (
+                "status",
+                failed
+                    .evidence
+                    .status
+                    .map(|s| s.to_string())
+                    .unwrap_or_default(),
+            ),
+            (
+                "transport",
+                failed
+                    .evidence
+                    .transport
+                    .map(|t| t.as_str().to_owned())
+                    .unwrap_or_default(),
+            ),
+            (
+                "sse_event",
+                failed.evidence.sse_event.clone().unwrap_or_default(),
+            ),
+            ("code", code.clone()),
+            ("class", class.to_owned()),
+            (
+                "rule",
+                classification
+                    .rule_id
+                    .as_deref()
+                    .unwrap_or_default()
+                    .to_owned(),
+            ),
+        ];
+        match action {
+            Action::Retry(wait) => {
+                gateway.metrics.retry(class, &code, wait.delay);
+                line.push(("action", "retry".into()));
+                line.push(("delay_ms", wait.delay.as_millis().to_string()));
+                gateway.log.line(&format_line(&line));
+                if failed.delivered && !restart_marker(&job, &mut down, attempts, "retry").await {
+                    gateway.metrics.request(protocol_name, "client_gone");
+                    return;
+                }
+                if !wait_for(
+                    &job,
+                    &mut down,
+                    wait.delay,
+                    &wait.status,
+                    &candidate,
+                    attempts,
+                )
+                .await
+                {
+                    gateway.metrics.request(protocol_name, "client_gone");
+                    return;
+                }
+            }
+            Action::Fallback {
+                candidate: next, ..
+            } => {
+                gateway.metrics.fallback(class, &code);
+                line.push(("action", "fallback".into()));
+                line.push((
+                    "next",
+                    job.route
+                        .candidates
+                        .get(next)
+                        .map(|c| c.id.clone())
+                        .unwrap_or_default(),
+                ));
+                gateway.log.line(&format_line(&line));
+                if failed.delivered && !restart_marker(&job, &mut down, attempts, "fallback").await
+                {
+                    gateway.metrics.request(protocol_name, "client_gone");
+                    return;
+                }
+            }
+            Action::Stop(diagnostics) => {
+                if matches!(
+                    diagnostics.reason,
+                    StopReason::Exhausted | StopReason::RouteEnded
+                ) {
+                    gateway.metrics.exhaustion(class, &code);
+                }
+                line.push(("action", "stop".into()));
+                line.push(("reason", format!("{:?}", diagnostics.reason).to_lowercase()));
+                gateway.log.line(&format_line(&line));
+                gateway.metrics.request(protocol_name, "error");
+                terminal(&job, &mut down, failed, &diagnostics, &candidate, attempts).await;
+                return;
+            }
+        }
+    }
+}
+
+/// Tells a restart client to discard the partial message.
+async fn restart_marker(job: &Job, down: &mut Downstream, attempts: u32, reason: &str) -> bool {
+    let data =
+        serde_json::json!({"type": RESTART_EVENT, "reason": reason, "attempt": attempts + 1});
+    let event = format!("event: {RESTART_EVENT}\ndata: {data}\n\n");
+    let _ = job;
+    down.send(Bytes::from(event)).await
+}
+
+/// Commits a streaming response with rebound's own headers (a keep-alive before content).
+fn commit_stream(down: &mut Downstream, candidate: &Candidate, route: &str, attempts: u32) -> bool {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    rebound_headers(&mut headers, attempts, &candidate.id, route);
+    down.respond(Head {
+        status: StatusCode::OK,
+        headers,
+        body: None,
+    })
+}
+
+/// Waits `delay`; a streaming client hears `: Retrying in 4s · attempt 2/10` each second once
+/// the wait passes a second (G3). `false` when the client went away.
+async fn wait_for(
+    job: &Job,
+    down: &mut Downstream,
+    delay: Duration,
+    status: &RetryStatus,
+    candidate: &Candidate,
+    attempts: u32,
+) -> bool {
+    let gateway = &job.gateway;
+    let mut remaining = delay;
+    while !remaining.is_zero() {
+        let step = remaining.min(Duration::from_secs(1));
+        tokio::select! {
+            biased;
+            _ = down.gone() => return false,
+            _ = gateway.sleeper.sleep(step) => {}
+        }
+        remaining -= step;
+        if job.stream && !remaining.is_zero() {
+            if !down.committed() && !commit_stream(down, candidate, &job.route.id, attempts) {
+                return false;
+            }
+            let comment = format!(": {}\n\n", status.text(gateway.clock.now()));
+            if !down.send(Bytes::from(comment)).await {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// The one terminal error (G2, G4).
+async fn terminal(
+    job: &Job,
+    down: &mut Downstream,
+    failed: FailedAttempt,
+    diagnostics: &Diagnostics,
+    candidate: &Candidate,
+    attempts: u32,
+) {
+    let protocol = job.protocol;
+    let class = diagnostics.class;
+    if down.committed() {
+        if !failed.error_forwarded {
+            let kind = failed.evidence.sse_event.clone().unwrap_or_else(|| {
+                shape::kind_for(protocol, class, diagnostics.provider_status).to_owned()
+            });
+            let message = diagnostics
+                .error
+                .clone()
+                .unwrap_or_else(|| "rebound: the upstream stream failed".to_owned());
+            let _ = down
+                .send(shape::stream_error(
+                    protocol,
+                    &kind,
+                    &message,
+                    Some(diagnostics),
+                ))
+                .await;
+        }
+        return;
+    }
+    let (status, body) = match &failed.upstream_error {
+        Some((status, body)) => (
+            *status,
+            shape::with_diagnostics(protocol, body, diagnostics),
+        ),
+        None => {
+            let status = match (
+                failed.evidence.sse_event.as_deref(),
+                failed.evidence.transport,
+            ) {
+                (Some("overloaded_error"), _) => 529,
+                (Some(kind), _) if kind.contains("rate_limit") => 429,
+                (
+                    _,
+                    Some(
+                        TransportKind::Timeout
+                        | TransportKind::IdleTimeout
+                        | TransportKind::ConnectTimeout,
+                    ),
+                ) => 504,
+                _ => 502,
+            };
+            let kind = failed
+                .evidence
+                .sse_event
+                .clone()
+                .unwrap_or_else(|| shape::kind_for(protocol, class, Some(status)).to_owned());
+            let message = diagnostics
+                .error
+                .clone()
+                .unwrap_or_else(|| "rebound: the upstream failed".to_owned());
+            let body = shape::error_body(protocol, &kind, &message, Some(diagnostics)).to_string();
+            (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                Bytes::from(body),
+            )
+        }
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
+    down.respond(Head {
+        status,
+        headers,
+        body: Some(body),
+    });
+}

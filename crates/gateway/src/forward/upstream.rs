@@ -1,0 +1,384 @@
+//! The upstream side of a forwarded request: one attempt, whole or streamed, read up to the
+//! commit point and relayed untouched after it.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use rebound_core::{Evidence, Headers, Phase, TransportKind};
+use rebound_runtime::Protocol;
+use rebound_runtime::http::{TransportFailure, body_failure, read_body};
+use rebound_runtime::provider::{StreamItem, stream_items};
+use rebound_runtime::sse::SseFramer;
+
+use super::downstream::{Downstream, Head};
+use super::{Job, rebound_headers};
+use crate::body::rewrite_model;
+use crate::config::Candidate;
+
+/// The most of an upstream error body kept as evidence and relayed.
+const ERROR_BODY_LIMIT: usize = 256 << 10;
+
+/// The largest non-streaming answer relayed.
+const RESPONSE_LIMIT: usize = 64 << 20;
+
+/// Request headers never forwarded upstream.
+const HOP_BY_HOP: [&str; 11] = [
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "accept-encoding",
+];
+
+/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
+const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+
+/// How an attempt ended.
+pub(super) enum Attempt {
+    /// A complete success went to the client.
+    Delivered,
+    /// The client went away.
+    ClientGone,
+    /// A failure, with what is needed to decide and to shape the terminal error.
+    Failed(FailedAttempt),
+}
+
+pub(super) struct FailedAttempt {
+    pub(super) evidence: Evidence,
+    /// Content already reached the client.
+    pub(super) delivered: bool,
+    /// The upstream's own error event already reached the client.
+    pub(super) error_forwarded: bool,
+    /// An upstream error response (status, headers, body), relayed when recovery stops.
+    pub(super) upstream_error: Option<(StatusCode, Bytes)>,
+}
+
+/// Upstream response headers a client may see.
+pub(crate) fn relayable(upstream: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (name, value) in upstream {
+        if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
+            continue;
+        }
+        out.append(name.clone(), value.clone());
+    }
+    out
+}
+
+fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Bytes>>, http::Error> {
+    let base = &candidate.base_url;
+    let url = match job.protocol {
+        Protocol::OpenAi => format!("{base}/chat/completions"),
+        Protocol::Anthropic => format!("{base}/v1/messages"),
+    };
+    let body = candidate
+        .model
+        .as_deref()
+        .and_then(|model| rewrite_model(&job.body, model))
+        .map_or_else(|| job.body.clone(), Bytes::from);
+    let mut request = Request::post(url).body(Full::new(body))?;
+    let strip_auth = candidate.api_key.is_some() || !job.gateway.config.gateway_keys.is_empty();
+    let headers = request.headers_mut();
+    for (name, value) in &job.headers {
+        let name_str = name.as_str();
+        if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
+            continue;
+        }
+        if strip_auth && AUTH_HEADERS.contains(&name_str) {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    if !headers.contains_key(header::CONTENT_TYPE) {
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    if let Some(key) = &candidate.api_key {
+        let (name, value) = match job.protocol {
+            Protocol::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
+            Protocol::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
+        };
+        let mut value = HeaderValue::from_str(&value).map_err(http::Error::from)?;
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    if job.protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {
+        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    }
+    Ok(request)
+}
+
+fn transport_failure(
+    base: &Evidence,
+    failure: TransportFailure,
+    phase: Phase,
+    delivered: bool,
+) -> Attempt {
+    Attempt::Failed(FailedAttempt {
+        evidence: Evidence {
+            transport: Some(failure.kind),
+            body: Some(failure.message),
+            phase,
+            ..base.clone()
+        },
+        delivered,
+        error_forwarded: false,
+        upstream_error: None,
+    })
+}
+
+pub(super) async fn attempt(
+    job: &Job,
+    candidate: &Candidate,
+    down: &mut Downstream,
+    attempts: u32,
+) -> Attempt {
+    let gateway = &job.gateway;
+    let base = Evidence {
+        provider: Some(candidate.provider.clone()),
+        ..Evidence::default()
+    };
+    let request = match upstream_request(job, candidate) {
+        Ok(request) => request,
+        Err(e) => {
+            let failure = TransportFailure {
+                kind: TransportKind::ConnectionRefused,
+                message: format!("the upstream request could not be built: {e}"),
+            };
+            return transport_failure(&base, failure, Phase::Setup, false);
+        }
+    };
+    let sent = tokio::select! {
+        biased;
+        _ = down.gone() => return Attempt::ClientGone,
+        sent = gateway.client.send(request) => sent,
+    };
+    let response = match sent {
+        Ok(response) => response,
+        Err(failure) => return transport_failure(&base, failure, Phase::Setup, false),
+    };
+    let (parts, mut body) = response.into_parts();
+    let idle = gateway.client.timeouts().idle;
+    if !parts.status.is_success() {
+        let bytes = match read_body(&mut body, ERROR_BODY_LIMIT, idle, down.gone()).await {
+            Ok(bytes) => bytes,
+            Err(None) => return Attempt::ClientGone,
+            Err(Some(_)) => Bytes::new(),
+        };
+        let headers: Headers = parts
+            .headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        return Attempt::Failed(FailedAttempt {
+            evidence: Evidence {
+                status: Some(parts.status.as_u16()),
+                headers,
+                body: Some(String::from_utf8_lossy(&bytes).into_owned()),
+                ..base
+            },
+            delivered: false,
+            error_forwarded: false,
+            upstream_error: Some((parts.status, bytes)),
+        });
+    }
+    let mut headers = relayable(&parts.headers);
+    rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
+    if !job.stream {
+        let bytes = match read_body(&mut body, RESPONSE_LIMIT, idle, down.gone()).await {
+            Ok(bytes) => bytes,
+            Err(None) => return Attempt::ClientGone,
+            Err(Some(failure)) => return transport_failure(&base, failure, Phase::Setup, false),
+        };
+        headers.remove(header::CONTENT_LENGTH);
+        return if down.respond(Head {
+            status: parts.status,
+            headers,
+            body: Some(bytes),
+        }) {
+            Attempt::Delivered
+        } else {
+            Attempt::ClientGone
+        };
+    }
+    relay_stream(job, parts.status, headers, &mut body, down, &base).await
+}
+
+/// Relays a stream: holds bytes back until the commit point, then forwards whole events.
+async fn relay_stream(
+    job: &Job,
+    status: StatusCode,
+    mut headers: HeaderMap,
+    body: &mut Incoming,
+    down: &mut Downstream,
+    base: &Evidence,
+) -> Attempt {
+    let idle = job.gateway.client.timeouts().idle;
+    headers.remove(header::CONTENT_LENGTH);
+    let mut framer = SseFramer::new();
+    let mut pending = BytesMut::new();
+    let mut pending_base: u64 = 0;
+    let mut content_seen = false;
+    let mut headers = Some(headers);
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = down.gone() => return Attempt::ClientGone,
+            frame = tokio::time::timeout(idle, body.frame()) => frame,
+        };
+        let phase = if content_seen {
+            Phase::Stream
+        } else {
+            Phase::Setup
+        };
+        let data = match frame {
+            Err(_) => {
+                let failure = TransportFailure {
+                    kind: TransportKind::IdleTimeout,
+                    message: format!("no stream event for {} s", idle.as_secs_f64()),
+                };
+                return transport_failure(base, failure, phase, content_seen);
+            }
+            Ok(None) => {
+                let failure = TransportFailure {
+                    kind: TransportKind::Truncated,
+                    message: "the stream ended before its final event".into(),
+                };
+                return transport_failure(base, failure, phase, content_seen);
+            }
+            Ok(Some(Err(e))) => {
+                return transport_failure(base, body_failure(&e), phase, content_seen);
+            }
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+        };
+        pending.extend_from_slice(&data);
+        let events = match framer.push(&data) {
+            Ok(events) => events,
+            Err(e) => {
+                let failure = TransportFailure {
+                    kind: TransportKind::BodyDecode,
+                    message: e.to_string(),
+                };
+                return transport_failure(base, failure, phase, content_seen);
+            }
+        };
+        let mut forward_to: Option<u64> = None;
+        let mut done = false;
+        for event in events {
+            for item in stream_items(job.protocol, &event.event, &event.data) {
+                if item.is_content() && !content_seen {
+                    content_seen = true;
+                    if let Some(headers) = headers.take()
+                        && !down.committed()
+                        && !down.respond(Head {
+                            status,
+                            headers,
+                            body: None,
+                        })
+                    {
+                        return Attempt::ClientGone;
+                    }
+                }
+                match item {
+                    StreamItem::Error { kind } => {
+                        let forwarded = content_seen && !job.restart;
+                        if forwarded {
+                            let upto = usize::try_from(event.end - pending_base)
+                                .unwrap_or(pending.len())
+                                .min(pending.len());
+                            if !down.send(pending.split_to(upto).freeze()).await {
+                                return Attempt::ClientGone;
+                            }
+                        } else if let Some(upto) = forward_to {
+                            let upto = usize::try_from(upto - pending_base)
+                                .unwrap_or(0)
+                                .min(pending.len());
+                            if !down.send(pending.split_to(upto).freeze()).await {
+                                return Attempt::ClientGone;
+                            }
+                        }
+                        let phase = if content_seen {
+                            Phase::Stream
+                        } else {
+                            Phase::Setup
+                        };
+                        return Attempt::Failed(FailedAttempt {
+                            evidence: Evidence {
+                                status: Some(status.as_u16()),
+                                sse_event: Some(kind),
+                                body: Some(event.data.clone()),
+                                phase,
+                                ..base.clone()
+                            },
+                            delivered: content_seen,
+                            error_forwarded: forwarded,
+                            upstream_error: None,
+                        });
+                    }
+                    StreamItem::Malformed => {
+                        let failure = TransportFailure {
+                            kind: TransportKind::BodyDecode,
+                            message: "an SSE event's data is not the protocol's JSON".into(),
+                        };
+                        let phase = if content_seen {
+                            Phase::Stream
+                        } else {
+                            Phase::Setup
+                        };
+                        return transport_failure(base, failure, phase, content_seen);
+                    }
+                    StreamItem::Done => done = true,
+                    _ => {}
+                }
+            }
+            if content_seen {
+                forward_to = Some(event.end);
+            }
+        }
+        if done {
+            if !content_seen {
+                // A complete stream without content: empty, and not yet shown to anyone.
+                return Attempt::Failed(FailedAttempt {
+                    evidence: Evidence {
+                        status: Some(status.as_u16()),
+                        body: Some(String::new()),
+                        ..base.clone()
+                    },
+                    delivered: false,
+                    error_forwarded: false,
+                    upstream_error: None,
+                });
+            }
+            if !down.send(pending.split().freeze()).await {
+                return Attempt::ClientGone;
+            }
+            return Attempt::Delivered;
+        }
+        if let Some(upto) = forward_to {
+            let upto = usize::try_from(upto - pending_base)
+                .unwrap_or(0)
+                .min(pending.len());
+            pending_base += upto as u64;
+            if !down.send(pending.split_to(upto).freeze()).await {
+                return Attempt::ClientGone;
+            }
+        }
+    }
+}

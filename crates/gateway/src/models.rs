@@ -1,0 +1,74 @@
+//! `GET /v1/models`.
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use rebound_runtime::Protocol;
+
+use crate::forward::relayable;
+use crate::server::{Body, Gateway, full};
+
+/// `GET /v1/models`: the first OpenAI candidate's list, relayed; or the configured names.
+pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
+    let candidate = gateway
+        .config
+        .routes
+        .iter()
+        .flat_map(|r| r.candidates.iter())
+        .find(|c| c.protocol == Protocol::OpenAi);
+    let listed = || {
+        let mut names: Vec<String> = gateway
+            .config
+            .routes
+            .iter()
+            .flat_map(|r| {
+                r.models
+                    .iter()
+                    .filter(|m| !m.contains('*'))
+                    .cloned()
+                    .chain(r.candidates.iter().filter_map(|c| c.model.clone()))
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        let data: Vec<_> = names
+            .iter()
+            .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "rebound"}))
+            .collect();
+        full(
+            StatusCode::OK,
+            "application/json",
+            serde_json::json!({"object": "list", "data": data}).to_string(),
+        )
+    };
+    let Some(candidate) = candidate else {
+        return listed();
+    };
+    let mut request = match Request::get(format!("{}/models", candidate.base_url))
+        .body(Full::new(Bytes::new()))
+    {
+        Ok(request) => request,
+        Err(_) => return listed(),
+    };
+    if let Some(key) = &candidate.api_key
+        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {key}"))
+    {
+        value.set_sensitive(true);
+        request.headers_mut().insert(header::AUTHORIZATION, value);
+    }
+    match gateway.client.send(request).await {
+        Ok(response) if response.status().is_success() => {
+            let (parts, body) = response.into_parts();
+            match body.collect().await {
+                Ok(collected) => {
+                    let mut response = full(parts.status, "application/json", collected.to_bytes());
+                    *response.headers_mut() = relayable(&parts.headers);
+                    response.headers_mut().remove(header::CONTENT_LENGTH);
+                    response
+                }
+                Err(_) => listed(),
+            }
+        }
+        _ => listed(),
+    }
+}
