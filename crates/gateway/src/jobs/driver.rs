@@ -1,0 +1,269 @@
+//! The job driver: dispatches, waits and decides, committing each step before acting (P1).
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request, header};
+use http_body_util::{BodyExt, Full};
+use rebound_core::backoff::Jitter;
+use rebound_core::status::StopReason;
+use rebound_core::{Action, Caller, Evidence, Failure, Headers, Phase, Safety, Turn, WaitKind};
+use rebound_runtime::Protocol;
+use rebound_store::{AttemptOp, AttemptRecord, JobRecord, JobState};
+use serde_json::json;
+
+use super::{Jobs, candidate_of, now_ms, policies_of};
+use crate::config::Candidate;
+use crate::server::Gateway;
+
+/// The largest job response kept.
+const RESPONSE_LIMIT: usize = 64 << 20;
+
+pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
+    let Some(jobs) = gateway.jobs.as_ref() else {
+        return;
+    };
+    let waker = jobs.waker(&id);
+    loop {
+        let Ok(job) = jobs.store.get(&id) else { return };
+        match job.state {
+            JobState::Pending => {
+                if !dispatch(&gateway, jobs, job).await {
+                    return;
+                }
+            }
+            JobState::Waiting => {
+                let deadline = UNIX_EPOCH + Duration::from_millis(job.deadline_ms.unwrap_or(0));
+                let wait = deadline
+                    .duration_since(gateway.clock.now())
+                    .unwrap_or(Duration::ZERO);
+                tokio::select! {
+                    () = gateway.sleeper.sleep(wait) => {
+                        // The timer's transition is fenced: a manual action since then wins.
+                        let moved = jobs.store.transition(&id, job.generation, now_ms(&gateway), &mut |j| {
+                            j.state = JobState::Pending;
+                            j.deadline_ms = None;
+                            vec![]
+                        });
+                        if let Ok(job) = moved {
+                            jobs.publish(&job);
+                        }
+                    }
+                    () = waker.notified() => {}
+                }
+            }
+            // Final, waiting for a human, or owned by another driver.
+            _ => return,
+        }
+    }
+}
+
+/// One attempt of a job. `false` when the driver should stop (another owner, or the store
+/// failed).
+async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
+    let Some(candidate) = candidate_of(gateway, &job) else {
+        let _ = jobs.store.transition(&job.id, job.generation, now_ms(gateway), &mut |j| {
+            j.state = JobState::ActionRequired;
+            j.error = Some(json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"}));
+            vec![]
+        });
+        return false;
+    };
+    let number = job.turn.attempts.max(1);
+    let started = now_ms(gateway);
+    // P1/P3: the attempt is on record as possibly sent before a byte leaves.
+    let dispatched = jobs
+        .store
+        .transition(&job.id, job.generation, started, &mut |j| {
+            j.state = JobState::Dispatching;
+            vec![AttemptOp::Begin(AttemptRecord {
+                number,
+                candidate: candidate.id.clone(),
+                started_ms: started,
+                outcome: "in_flight".into(),
+                ..AttemptRecord::default()
+            })]
+        });
+    let Ok(job) = dispatched else { return false };
+    jobs.publish(&job);
+    gateway.metrics.attempt(&candidate.id);
+    let outcome = send(gateway, &candidate, &job).await;
+    let finished = now_ms(gateway);
+    let mut attempt = AttemptRecord {
+        number,
+        candidate: candidate.id.clone(),
+        started_ms: started,
+        finished_ms: Some(finished),
+        ..AttemptRecord::default()
+    };
+    let evidence = match outcome {
+        Ok((status, body)) => {
+            attempt.outcome = "succeeded".into();
+            attempt.status = Some(status);
+            let done = jobs
+                .store
+                .transition(&job.id, job.generation, finished, &mut |j| {
+                    j.state = JobState::Succeeded;
+                    j.response_status = Some(status);
+                    j.response = Some(body.clone());
+                    j.deadline_ms = None;
+                    vec![AttemptOp::Finish(attempt.clone())]
+                });
+            if let Ok(job) = done {
+                jobs.publish(&job);
+            }
+            return false;
+        }
+        Err(evidence) => evidence,
+    };
+    let now = gateway.clock.now();
+    let classification = gateway.catalogue.classify(&evidence, now);
+    let mut turn = Turn::restore(policies_of(&job, gateway), Caller::Session, &job.turn);
+    let action = turn.on_failure(
+        Failure {
+            evidence: &evidence,
+            classification: &classification,
+            safety: Safety::Replayable,
+        },
+        now,
+        Jitter::new(gateway.draw()),
+    );
+    attempt.outcome = "failed".into();
+    attempt.status = evidence.status;
+    attempt.code = classification.code.as_ref().map(|c| c.to_string());
+    attempt.class = Some(classification.verdict.label().to_owned());
+    attempt.rule_id = classification.rule_id.as_deref().map(str::to_owned);
+    attempt.catalogue_version = Some(classification.catalogue_version.to_string());
+    attempt.phase = Some(evidence.phase.as_str().to_owned());
+    let recorded = json!({
+        "code": attempt.code, "class": attempt.class, "rule_id": attempt.rule_id,
+        "catalogue_version": attempt.catalogue_version, "hint_ms": classification.hint.map(|h| h.delay.as_millis() as u64),
+    });
+    let snapshot_after = turn.snapshot();
+    let result = jobs
+        .store
+        .transition(&job.id, job.generation, now_ms(gateway), &mut |j| {
+            j.classification = Some(recorded.clone());
+            j.turn = snapshot_after.clone();
+            match &action {
+                Action::Retry(wait) => {
+                    j.state = JobState::Waiting;
+                    let deadline = now + wait.delay;
+                    j.deadline_ms = deadline
+                        .duration_since(UNIX_EPOCH)
+                        .ok()
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    j.pending_outcome = Some(match wait.kind {
+                        WaitKind::ResetWait => "reset_wait".into(),
+                        _ => "retry".into(),
+                    });
+                }
+                Action::Fallback { .. } => {
+                    j.state = JobState::Pending;
+                    j.deadline_ms = None;
+                    j.pending_outcome = Some("fallback".into());
+                }
+                Action::Stop(diagnostics) => {
+                    j.state = match diagnostics.reason {
+                        StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
+                        _ => JobState::Failed,
+                    };
+                    j.deadline_ms = None;
+                    j.pending_outcome = None;
+                    j.error = serde_json::to_value(diagnostics).ok();
+                }
+            }
+            vec![AttemptOp::Finish(attempt.clone())]
+        });
+    match result {
+        Ok(job) => {
+            jobs.publish(&job);
+            !job.state.is_final() && job.state != JobState::ActionRequired
+        }
+        Err(_) => false,
+    }
+}
+
+/// Sends one job attempt: `Ok((status, body))` for a success, `Err(evidence)` otherwise.
+async fn send(
+    gateway: &Gateway,
+    candidate: &Candidate,
+    job: &JobRecord,
+) -> Result<(u16, Vec<u8>), Evidence> {
+    let base = Evidence {
+        provider: Some(candidate.provider.clone()),
+        ..Evidence::default()
+    };
+    let body = candidate
+        .model
+        .as_deref()
+        .and_then(|m| crate::body::rewrite_model(&job.request, m))
+        .unwrap_or_else(|| job.request.clone());
+    let url = match candidate.protocol {
+        Protocol::OpenAi => format!("{}/chat/completions", candidate.base_url),
+        Protocol::Anthropic => format!("{}/v1/messages", candidate.base_url),
+    };
+    let mut request = Request::post(url)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| Evidence {
+            body: Some(e.to_string()),
+            transport: Some(rebound_core::TransportKind::ConnectionRefused),
+            ..base.clone()
+        })?;
+    if candidate.protocol == Protocol::Anthropic {
+        request
+            .headers_mut()
+            .insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+    }
+    if let Some(key) = &candidate.api_key {
+        let (name, value) = match candidate.protocol {
+            Protocol::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
+            Protocol::Anthropic => (http::HeaderName::from_static("x-api-key"), key.clone()),
+        };
+        if let Ok(mut value) = HeaderValue::from_str(&value) {
+            value.set_sensitive(true);
+            request.headers_mut().insert(name, value);
+        }
+    }
+    let response = gateway
+        .client
+        .send(request)
+        .await
+        .map_err(|failure| Evidence {
+            transport: Some(failure.kind),
+            body: Some(failure.message),
+            phase: Phase::Setup,
+            ..base.clone()
+        })?;
+    let (parts, body) = response.into_parts();
+    let bytes = http_body_util::Limited::new(body, RESPONSE_LIMIT)
+        .collect()
+        .await
+        .map(|c| c.to_bytes().to_vec())
+        .map_err(|e| Evidence {
+            transport: Some(rebound_core::TransportKind::Truncated),
+            body: Some(e.to_string()),
+            ..base.clone()
+        })?;
+    if parts.status.is_success() {
+        return Ok((parts.status.as_u16(), bytes));
+    }
+    let headers: Headers = parts
+        .headers
+        .iter()
+        .map(|(n, v)| {
+            (
+                n.as_str(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect();
+    Err(Evidence {
+        status: Some(parts.status.as_u16()),
+        headers,
+        body: Some(String::from_utf8_lossy(&bytes).into_owned()),
+        ..base
+    })
+}
