@@ -1,0 +1,225 @@
+use std::time::Duration;
+
+use rebound_core::policy::{Exhausted, Limit};
+
+use super::*;
+
+fn load_text(text: &str) -> Result<Config, ConfigError> {
+    load(
+        "rebound.toml",
+        text,
+        &Overrides::default(),
+        &[("OPENAI_API_KEY", "sk-test")],
+    )
+}
+
+#[test]
+fn the_embedded_default_loads() {
+    let c = load(
+        "embedded default",
+        DEFAULT_CONFIG,
+        &Overrides::default(),
+        &[("X", "y")],
+    )
+    .unwrap();
+    assert_eq!(c.listen.to_string(), "127.0.0.1:8080");
+    let openai = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    assert_eq!(openai.candidates[0].base_url, "https://api.openai.com/v1");
+    assert!(openai.candidates[0].api_key.is_none());
+    let anthropic = c.route("claude-x", Protocol::Anthropic).unwrap();
+    assert_eq!(anthropic.candidates[0].id, "anthropic");
+}
+
+#[test]
+fn overrides_apply() {
+    let o = Overrides {
+        listen: Some("127.0.0.1:9".parse().unwrap()),
+        openai_upstream: Some("http://127.0.0.1:7/v1".into()),
+        anthropic_upstream: None,
+    };
+    let c = load(
+        "embedded default",
+        DEFAULT_CONFIG,
+        &o,
+        &[("OPENAI_API_KEY", "k")],
+    )
+    .unwrap();
+    assert_eq!(c.listen.port(), 9);
+    let route = c.route("m", Protocol::OpenAi).unwrap();
+    assert_eq!(route.candidates[0].base_url, "http://127.0.0.1:7/v1");
+    assert_eq!(route.candidates[0].api_key.as_deref(), Some("k"));
+}
+
+#[test]
+fn errors_name_the_key() {
+    let cases = [
+        ("listen = \"nowhere\"\n", "listen"),
+        ("lissen = \"x\"\n", "lissen"),
+        (
+            "[[candidate]]\nid = \"a\"\nprotocol = \"opneai\"\nbase_url = \"http://x\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n",
+            "candidate.a.protocol",
+        ),
+        (
+            "[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"ftp://x\"\n",
+            "candidate.a.base_url",
+        ),
+        (
+            "[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://x\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"b\"]\n",
+            "route.r.candidates",
+        ),
+        (
+            "[policy.rate_limit]\nexhausted = \"later\"\n",
+            "policy.rate_limit.exhausted",
+        ),
+        (
+            "[policy.transient]\nretries = \"lots\"\n",
+            "policy.transient.retries",
+        ),
+        ("listen = \"0.0.0.0:8080\"\n", "listen"),
+    ];
+    for (text, key) in cases {
+        let e = load_text(text).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key), "{text}: {e}");
+        assert!(e.to_string().starts_with("rebound.toml: "), "{e}");
+        assert!(!e.to_string().contains('\n'));
+    }
+}
+
+#[test]
+fn per_candidate_overrides_merge_over_the_default() {
+    let text = r#"
+[policy.rate_limit]
+retries = 3
+
+[[candidate]]
+id = "a"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+policy = { rate_limit = { exhausted = "skip", reset_wait_max_ms = 60000 } }
+
+[[candidate]]
+id = "b"
+protocol = "openai"
+base_url = "http://127.0.0.1:2/v1"
+policy = { preset = "skip" }
+
+[[route]]
+id = "r"
+models = ["gpt-*"]
+candidates = ["a", "b"]
+"#;
+    let c = load_text(text).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let a = &route.candidates[0].policy.rate_limit;
+    assert_eq!(a.retry.map(|r| r.limit), Some(Limit::Count(3)));
+    assert_eq!(a.exhausted, Exhausted::Skip);
+    assert_eq!(a.reset_wait.map(|r| r.max), Some(Duration::from_secs(60)));
+    assert_eq!(*route.candidates[1].policy, Policy::immediate_skip());
+    assert!(c.route("claude", Protocol::OpenAi).is_none());
+}
+
+#[test]
+fn the_example_config_loads() {
+    let text = include_str!("../../../../examples/rebound.toml");
+    let c = load(
+        "examples/rebound.toml",
+        text,
+        &Overrides::default(),
+        &[("X", "y")],
+    )
+    .unwrap();
+    let gpt = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    assert_eq!(gpt.candidates.len(), 2);
+    assert_eq!(
+        gpt.candidates[1].model.as_deref(),
+        Some("openai/gpt-4o-mini")
+    );
+    assert_eq!(
+        gpt.candidates[0].policy.hard.reset_wait.map(|r| r.max),
+        Some(Duration::from_secs(600))
+    );
+    assert!(c.route("claude-sonnet-4-5", Protocol::Anthropic).is_some());
+    assert!(c.route("llama", Protocol::OpenAi).is_none());
+}
+
+#[test]
+fn policy_documents_and_legacy_maps_in_the_config() {
+    let text = r#"
+[[candidate]]
+id = "versioned"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+policy = { version = 1, rate_limit = { retries = 2, initial_ms = 500, cap_ms = 4000, exhausted = "skip" }, hard = { reset_wait_max_ms = 60000, exhausted = "skip" } }
+
+[[candidate]]
+id = "legacy"
+protocol = "openai"
+base_url = "http://127.0.0.1:2/v1"
+policy = { action = "try_next" }
+
+[[candidate]]
+id = "per-code"
+protocol = "openai"
+base_url = "http://127.0.0.1:3/v1"
+policy = { rules = { overloaded = "retry_same" } }
+
+[[route]]
+id = "r"
+models = ["*"]
+candidates = ["versioned", "legacy", "per-code"]
+"#;
+    let c = load_text(text).unwrap();
+    let route = c.route("m", Protocol::OpenAi).unwrap();
+    let versioned = &route.candidates[0].policy;
+    assert_eq!(
+        versioned.rate_limit.retry.map(|r| r.limit),
+        Some(Limit::Count(2))
+    );
+    assert_eq!(
+        versioned.hard.reset_wait.map(|r| r.max),
+        Some(Duration::from_secs(60))
+    );
+    assert_eq!(
+        versioned.transient,
+        Policy::interactive().transient,
+        "left out: the default"
+    );
+    assert_eq!(*route.candidates[1].policy, Policy::immediate_skip());
+    assert_eq!(
+        route.candidates[2].policy.transient.retry.map(|r| r.limit),
+        Some(Limit::Count(1))
+    );
+
+    let conflict = text.replace(
+        "rules = { overloaded = \"retry_same\" }",
+        "rules = { overloaded = \"retry_same\", bad_gateway = \"stop\" }",
+    );
+    let e = load_text(&conflict).unwrap_err();
+    assert_eq!(
+        e.key.as_deref(),
+        Some("candidate.per-code.policy.rules.overloaded"),
+        "{e}"
+    );
+    assert!(e.message.contains("bad_gateway"), "{e}");
+}
+
+#[test]
+fn patterns() {
+    assert!(matches_pattern("*", "anything"));
+    assert!(matches_pattern("gpt-*", "gpt-4o"));
+    assert!(matches_pattern("*-mini", "gpt-4o-mini"));
+    assert!(matches_pattern("claude-*-4*", "claude-sonnet-4-5"));
+    assert!(!matches_pattern("gpt-*", "o3"));
+    assert!(matches_pattern("o3", "o3"));
+    assert!(!matches_pattern("a*a", "a"));
+}
+
+#[test]
+fn non_loopback_needs_gateway_keys_and_upstream_keys() {
+    let text = "listen = \"0.0.0.0:8080\"\ngateway_key_envs = [\"GW\"]\n[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"MISSING\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n";
+    let e = load("f", text, &Overrides::default(), &[("GW", "k1,k2")]).unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("candidate.a.api_key_env"));
+    let ok = text.replace("api_key_env=\"MISSING\"\n", "");
+    let c = load("f", &ok, &Overrides::default(), &[("GW", "k1,k2")]).unwrap();
+    assert_eq!(c.gateway_keys, ["k1", "k2"]);
+}
