@@ -257,6 +257,7 @@ async fn handle(
             gateway.metrics.render(),
         )),
         (&Method::GET, "/healthz") => Ok(full(StatusCode::OK, "text/plain", "ok\n")),
+        (&Method::GET, "/v1/rebound/policies") => Ok(policies(&gateway)),
         (method, p) if p == "/v1/rebound/jobs" || p.starts_with("/v1/rebound/jobs/") => {
             let method = method.clone();
             let limit = gateway.config.body_limit;
@@ -283,6 +284,28 @@ async fn handle(
             ),
         )),
     }
+}
+
+/// Every candidate's policy as a version-1 policy document (D1): what jobs snapshot.
+fn policies(gateway: &Gateway) -> Response<Body> {
+    let mut candidates = serde_json::Map::new();
+    for candidate in gateway
+        .config
+        .routes
+        .iter()
+        .flat_map(|r| r.candidates.iter())
+    {
+        let document = rebound_core::policy::document::PolicyDocument::of(&candidate.policy);
+        candidates.insert(
+            candidate.id.clone(),
+            serde_json::to_value(document).unwrap_or(serde_json::Value::Null),
+        );
+    }
+    full(
+        StatusCode::OK,
+        "application/json",
+        serde_json::json!({"candidates": candidates}).to_string(),
+    )
 }
 
 async fn model_request(

@@ -319,3 +319,30 @@ async fn bad_jobs_are_refused() {
         404
     );
 }
+
+#[tokio::test]
+async fn policies_are_served_as_version_1_documents() {
+    let first = upstream("ok").await;
+    let second = upstream("ok").await;
+    let (server, _) = gateway(&two_candidates(&first, &second), true).await;
+    let reply = send(server.addr(), "GET", "/v1/rebound/policies", &[], "").await;
+    let body: Value = serde_json::from_slice(&reply.body).unwrap();
+    let first = &body["candidates"]["first"];
+    assert_eq!(first["version"], 1);
+    assert_eq!(first["rate_limit"]["exhausted"], "skip");
+    assert_eq!(first["rate_limit"]["reset_wait"]["max_ms"], 600000);
+    assert_eq!(
+        body["candidates"]["second"]["transient"]["retry"]["max"],
+        10
+    );
+    // The document compiles back to the same policy.
+    let doc =
+        rebound_core::policy::document::PolicyDocument::from_json(&first.to_string()).unwrap();
+    assert!(
+        doc.compile(
+            &rebound_core::Policy::immediate_skip(),
+            &Catalogue::shipped().unwrap()
+        )
+        .is_ok()
+    );
+}
