@@ -408,20 +408,28 @@ impl<'r> TurnDriver<'r> {
                     response.message_id = message_id.to_owned();
                     Ok(response)
                 }
-                // An empty answer is evidence with an empty body (`empty_response`); one
-                // that does not parse is shown as it came, and fails closed.
-                parsed => Err(Ok(AttemptError::Failed {
+                // An empty answer is evidence with an empty body (`empty_response`).
+                Some(_) => Err(Ok(AttemptError::Failed {
                     evidence: Evidence {
                         status: Some(status.as_u16()),
                         headers,
-                        body: Some(match parsed {
-                            Some(_) => String::new(),
-                            None => String::from_utf8_lossy(&bytes).into_owned(),
-                        }),
+                        body: Some(String::new()),
                         ..base
                     },
                     delivered: false,
                 })),
+                // A body that is not the protocol's JSON is a broken answer.
+                None => {
+                    let failure = TransportFailure {
+                        kind: TransportKind::BodyDecode,
+                        message: format!(
+                            "a {} answer whose body is not the protocol's JSON ({} bytes)",
+                            status.as_u16(),
+                            bytes.len()
+                        ),
+                    };
+                    Err(fail(failure, Phase::Setup, false))
+                }
             };
         }
         let mut framer = SseFramer::new();

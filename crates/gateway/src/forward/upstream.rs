@@ -204,6 +204,19 @@ pub(super) async fn attempt(
             Err(None) => return Attempt::ClientGone,
             Err(Some(failure)) => return transport_failure(&base, failure, Phase::Setup, false),
         };
+        // A success that is not JSON is a broken answer, not an answer: it has not reached
+        // the client yet, so it is retried like a cut body.
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
+            let failure = TransportFailure {
+                kind: TransportKind::BodyDecode,
+                message: format!(
+                    "a {} answer whose body is not JSON ({} bytes)",
+                    parts.status.as_u16(),
+                    bytes.len()
+                ),
+            };
+            return transport_failure(&base, failure, Phase::Setup, false);
+        }
         headers.remove(header::CONTENT_LENGTH);
         return if down.respond(Head {
             status: parts.status,

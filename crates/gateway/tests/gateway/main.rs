@@ -11,6 +11,7 @@
 mod front;
 mod jobs;
 mod recovery;
+mod soak;
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};

@@ -142,6 +142,11 @@ async fn stalls_before_headers_and_mid_stream_time_out_and_replay() {
 }
 
 #[tokio::test]
+async fn a_success_whose_body_is_not_json_is_replayed() {
+    recovers("malformed-after-1, ok", Protocol::Anthropic, false, 2).await;
+}
+
+#[tokio::test]
 async fn malformed_sse_is_replayed() {
     recovers("malformed-after-1, ok", Protocol::OpenAi, true, 2).await;
 }
