@@ -114,6 +114,7 @@ impl Server {
         let gateway = Arc::new(gateway);
         let (stop, mut stopped) = watch::channel(false);
         let served = Arc::clone(&gateway);
+        let header_timeout = gateway.config.header_read_timeout;
         let task = tokio::spawn(async move {
             loop {
                 let accepted = tokio::select! {
@@ -126,9 +127,14 @@ impl Server {
                 let mut stopped = stopped.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| handle(Arc::clone(&gateway), req));
+                    // Slow clients cannot hold a connection: the whole request head must
+                    // arrive within the configured time, and may not exceed 64 KiB.
                     let conn = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(header_timeout)
                         .max_buf_size(1 << 20)
+                        .max_header_size(64 << 10)
+                        .keep_alive(true)
                         .serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
                         _ = conn => {}

@@ -68,6 +68,7 @@ struct ConfigFile {
     gateway_key_envs: Vec<String>,
     body_limit_bytes: Option<usize>,
     store_path: Option<String>,
+    header_read_timeout_ms: Option<u64>,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -154,6 +155,8 @@ pub struct Config {
     pub routes: Vec<Route>,
     /// The durable routes database.
     pub store_path: std::path::PathBuf,
+    /// How long a client may take to send a request head.
+    pub header_read_timeout: std::time::Duration,
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -435,12 +438,23 @@ pub fn load_with(
         Some(path) => std::path::PathBuf::from(path),
         None => default_store_path(env),
     };
+    let header_read_timeout = match parsed.header_read_timeout_ms {
+        Some(0) => {
+            return Err(err(
+                Some("header_read_timeout_ms".into()),
+                "must be more than 0".into(),
+            ));
+        }
+        Some(ms) => std::time::Duration::from_millis(ms),
+        None => std::time::Duration::from_secs(10),
+    };
     Ok(Config {
         listen,
         gateway_keys,
         body_limit,
         routes,
         store_path,
+        header_read_timeout,
     })
 }
 

@@ -242,3 +242,56 @@ async fn metrics_count_attempts_retries_and_recoveries() {
     );
     assert!(lines[1].contains("outcome=ok"), "{lines:?}");
 }
+
+#[tokio::test]
+async fn a_slow_client_cannot_hold_a_connection_and_huge_heads_are_refused() {
+    use std::io::{Read, Write};
+    let chaos = chaos("ok").await;
+    let g = gateway(&format!("header_read_timeout_ms = 300\n{SIMPLE}"), &chaos).await;
+    let addr = g.server.addr();
+    let outcome = tokio::task::spawn_blocking(move || {
+        let mut slow = std::net::TcpStream::connect(addr).unwrap();
+        slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
+            .unwrap();
+        slow.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = Vec::new();
+        let _ = slow.read_to_end(&mut buf);
+        let closed_after = started.elapsed();
+
+        let mut huge = std::net::TcpStream::connect(addr).unwrap();
+        let head = format!(
+            "GET /healthz HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+            "a".repeat(100 << 10)
+        );
+        let _ = huge.write_all(head.as_bytes());
+        let mut answer = Vec::new();
+        huge.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let _ = huge.read_to_end(&mut answer);
+        (closed_after, String::from_utf8_lossy(&answer).into_owned())
+    })
+    .await
+    .unwrap();
+    assert!(
+        outcome.0 < std::time::Duration::from_secs(3),
+        "the slow client was kept {:?}",
+        outcome.0
+    );
+    assert!(
+        outcome.1.is_empty() || outcome.1.starts_with("HTTP/1.1 431"),
+        "{}",
+        outcome.1
+    );
+    // Everyone else is still served.
+    let reply = send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(false),
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+}
