@@ -17,9 +17,21 @@ pub struct Peek<'a> {
     pub stream: Option<bool>,
 }
 
-/// Parses the body as JSON (all of it: malformed JSON is refused) and peeks at it.
-pub fn peek(body: &[u8]) -> Result<Peek<'_>, serde_json::Error> {
-    serde_json::from_slice(body)
+/// Why a body was refused.
+#[derive(Debug)]
+pub enum PeekError {
+    /// JSON must be UTF-8; this body is not.
+    NotUtf8,
+    /// The body is not JSON, or `model`/`stream` have the wrong types.
+    Json(serde_json::Error),
+}
+
+/// Parses the body as JSON (all of it: malformed JSON is refused) and peeks at it. The
+/// whole body must be UTF-8: serde skips the strings it does not keep without checking them,
+/// and a gateway must not forward what it would refuse to read.
+pub fn peek(body: &[u8]) -> Result<Peek<'_>, PeekError> {
+    let text = std::str::from_utf8(body).map_err(|_| PeekError::NotUtf8)?;
+    serde_json::from_str(text).map_err(PeekError::Json)
 }
 
 /// The byte range of the top-level `"model"` value (a JSON string, quotes included) in a
@@ -141,6 +153,14 @@ mod tests {
         let peeked = peek(body).unwrap();
         assert_eq!(peeked.model.as_deref(), Some("gpt-4o"));
         assert_eq!(peeked.stream, Some(true));
+    }
+
+    #[test]
+    fn fuzz_found_invalid_utf8_in_an_ignored_key_is_refused() {
+        // From the `request_body` fuzz target: `"mo\xa1\x9al"` as a key of an object that
+        // serde skipped; the body used to pass the peek and be forwarded.
+        let body = b"{\"model\":\"gpt-4o\",\"metadata\":{\"mo\xa1\x9al\":\"x\"}}";
+        assert!(matches!(peek(body), Err(PeekError::NotUtf8)));
     }
 
     #[test]

@@ -360,14 +360,18 @@ async fn model_request(
     let peeked = match crate::body::peek(&body) {
         Ok(peeked) => peeked,
         Err(e) => {
-            let reason = if e.is_syntax() || e.is_eof() {
-                format!(
+            let reason = match e {
+                crate::body::PeekError::NotUtf8 => {
+                    "the request body is not UTF-8, as JSON must be".to_owned()
+                }
+                crate::body::PeekError::Json(e) if e.is_syntax() || e.is_eof() => format!(
                     "the request body is not valid JSON (line {}, column {})",
                     e.line(),
                     e.column()
-                )
-            } else {
-                "`model` must be a string and `stream` a boolean".to_owned()
+                ),
+                crate::body::PeekError::Json(_) => {
+                    "`model` must be a string and `stream` a boolean".to_owned()
+                }
             };
             return error(
                 protocol,
