@@ -272,6 +272,25 @@ fn anthropic_frames(
     (vec![start, block_start, ping], content, end)
 }
 
+/// The body of an error status, shaped like the protocol's own. An OpenAI 401 echoes the key
+/// it was given, as OpenAI's own message and some proxies do: a test of whether keys leak.
+pub fn error_body_with_key(
+    protocol: Protocol,
+    status: u16,
+    context: bool,
+    key: Option<&str>,
+) -> Value {
+    let mut body = error_body(protocol, status, context);
+    if let (Protocol::OpenAi, 401, Some(key)) = (protocol, status, key)
+        && let Some(message) = body.pointer_mut("/error/message")
+    {
+        *message = json!(format!(
+            "Incorrect API key provided: {key}. You can find your API key at https://platform.openai.com/account/api-keys."
+        ));
+    }
+    body
+}
+
 /// The body of an error status, shaped like the protocol's own.
 pub fn error_body(protocol: Protocol, status: u16, context: bool) -> Value {
     match protocol {

@@ -281,6 +281,13 @@ async fn handle(
             ));
         }
     };
+    let presented_key = req
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| req.headers().get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::to_owned);
     let key = req
         .headers()
         .get(KEY_HEADER)
@@ -337,7 +344,10 @@ async fn handle(
             headers,
         } => {
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let mut response = json_response(code, &model::error_body(protocol, status, context));
+            let mut response = json_response(
+                code,
+                &model::error_body_with_key(protocol, status, context, presented_key.as_deref()),
+            );
             for (name, value) in headers {
                 if let (Ok(name), Ok(value)) = (
                     http::HeaderName::from_bytes(name.as_bytes()),

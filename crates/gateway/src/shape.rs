@@ -31,11 +31,27 @@ pub fn error_body(
     body
 }
 
-/// The body of an upstream's own error, with rebound's diagnostics added. A body that is not
-/// a JSON object is wrapped in the protocol's shape, its text kept as the message.
+/// Redacts every string in a JSON value: upstreams echo keys in error messages.
+fn redact_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => {
+            if let std::borrow::Cow::Owned(clean) = rebound_core::redact::redact(text) {
+                *text = clean;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_strings),
+        Value::Object(map) => map.values_mut().for_each(redact_strings),
+        _ => {}
+    }
+}
+
+/// The body of an upstream's own error, with its strings redacted (an upstream may echo the
+/// key rebound sent) and rebound's diagnostics added. A body that is not a JSON object is
+/// wrapped in the protocol's shape, with the redacted excerpt as the message.
 pub fn with_diagnostics(protocol: Protocol, upstream: &[u8], diagnostics: &Diagnostics) -> Bytes {
     match serde_json::from_slice::<Value>(upstream) {
         Ok(Value::Object(mut map)) => {
+            map.values_mut().for_each(redact_strings);
             map.insert(
                 "rebound".into(),
                 serde_json::to_value(diagnostics).unwrap_or(Value::Null),

@@ -295,3 +295,30 @@ async fn a_slow_client_cannot_hold_a_connection_and_huge_heads_are_refused() {
     .await;
     assert_eq!(reply.status, 200);
 }
+
+#[tokio::test]
+async fn a_key_the_upstream_echoes_never_reaches_the_client() {
+    // rebound sends its configured key; the upstream's 401 echoes it back, as OpenAI's own
+    // message and some proxies do. The relayed error must not carry it.
+    let chaos = chaos("401").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &openai_body(false),
+    )
+    .await;
+    assert_eq!(reply.status, 401);
+    let text = reply.text();
+    assert!(
+        !text.contains("GatewayCanary"),
+        "the provider key leaked: {text}"
+    );
+    assert!(
+        text.contains("Incorrect API key provided: [redacted]"),
+        "{text}"
+    );
+    assert!(!g.log.lines().join("\n").contains("GatewayCanary"));
+}
