@@ -32,15 +32,15 @@ pub fn error_body(
 }
 
 /// Redacts every string in a JSON value: upstreams echo keys in error messages.
-fn redact_strings(value: &mut Value) {
+pub(crate) fn redact_json(value: &mut Value) {
     match value {
         Value::String(text) => {
             if let std::borrow::Cow::Owned(clean) = rebound_core::redact::redact(text) {
                 *text = clean;
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(redact_strings),
-        Value::Object(map) => map.values_mut().for_each(redact_strings),
+        Value::Array(items) => items.iter_mut().for_each(redact_json),
+        Value::Object(map) => map.values_mut().for_each(redact_json),
         _ => {}
     }
 }
@@ -51,7 +51,7 @@ fn redact_strings(value: &mut Value) {
 pub fn with_diagnostics(protocol: Protocol, upstream: &[u8], diagnostics: &Diagnostics) -> Bytes {
     match serde_json::from_slice::<Value>(upstream) {
         Ok(Value::Object(mut map)) => {
-            map.values_mut().for_each(redact_strings);
+            map.values_mut().for_each(redact_json);
             map.insert(
                 "rebound".into(),
                 serde_json::to_value(diagnostics).unwrap_or(Value::Null),

@@ -231,6 +231,22 @@ pub(super) async fn attempt(
     relay_stream(job, parts.status, headers, &mut body, down, &base).await
 }
 
+/// An SSE event re-written with every string of its JSON data redacted.
+fn redacted_event(event: &rebound_runtime::sse::SseEvent) -> Bytes {
+    let data = match serde_json::from_str::<serde_json::Value>(&event.data) {
+        Ok(mut value) => {
+            crate::shape::redact_json(&mut value);
+            value.to_string()
+        }
+        Err(_) => rebound_core::redact::redact(&event.data).into_owned(),
+    };
+    Bytes::from(if event.event.is_empty() {
+        format!("data: {data}\n\n")
+    } else {
+        format!("event: {}\ndata: {data}\n\n", event.event)
+    })
+}
+
 /// Relays a stream: holds bytes back until the commit point, then forwards whole events.
 async fn relay_stream(
     job: &Job,
@@ -312,20 +328,19 @@ async fn relay_stream(
                 match item {
                     StreamItem::Error { kind } => {
                         let forwarded = content_seen && !job.restart;
-                        if forwarded {
-                            let upto = usize::try_from(event.end - pending_base)
-                                .unwrap_or(pending.len())
-                                .min(pending.len());
-                            if !down.send(pending.split_to(upto).freeze()).await {
-                                return Attempt::ClientGone;
-                            }
-                        } else if let Some(upto) = forward_to {
+                        // Earlier whole events of this chunk go as they came …
+                        if let Some(upto) = forward_to {
                             let upto = usize::try_from(upto - pending_base)
                                 .unwrap_or(0)
                                 .min(pending.len());
                             if !down.send(pending.split_to(upto).freeze()).await {
                                 return Attempt::ClientGone;
                             }
+                        }
+                        // … and the provider's own error event with its strings redacted: it
+                        // may echo a key.
+                        if forwarded && !down.send(redacted_event(&event)).await {
+                            return Attempt::ClientGone;
                         }
                         let phase = if content_seen {
                             Phase::Stream
@@ -393,5 +408,28 @@ async fn relay_stream(
                 return Attempt::ClientGone;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rebound_runtime::sse::SseEvent;
+
+    use super::redacted_event;
+
+    #[test]
+    fn a_forwarded_error_event_loses_echoed_keys_and_keeps_its_shape() {
+        let event = SseEvent {
+            event: "error".into(),
+            data: r#"{"type":"error","error":{"type":"authentication_error","message":"key sk-ant-api03-EchoedCanary0123456789 rejected"}}"#.into(),
+            end: 0,
+        };
+        let out = String::from_utf8(redacted_event(&event).to_vec()).unwrap();
+        assert!(!out.contains("EchoedCanary"), "{out}");
+        assert!(out.starts_with("event: error\ndata: {"), "{out}");
+        let data: serde_json::Value =
+            serde_json::from_str(out.trim_end().strip_prefix("event: error\ndata: ").unwrap())
+                .unwrap();
+        assert_eq!(data["error"]["type"], "authentication_error");
     }
 }
