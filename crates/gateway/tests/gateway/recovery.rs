@@ -359,3 +359,35 @@ async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
     let metrics = server.gateway().metrics_text();
     assert!(metrics.contains("outcome=\"client_gone\"} 1"), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_is_not_retried_for() {
+    use std::io::{Read, Write};
+    let chaos = chaos("stall-after-2:1500, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let addr = g.server.addr();
+    let body = anthropic_body(true);
+    tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            stream,
+            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut first = [0u8; 512];
+        let n = stream.read(&mut first).unwrap();
+        assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+        // The client leaves while the upstream is quiet, before the idle timeout.
+    })
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        chaos.attempts("default"),
+        1,
+        "a retry went out for a client that had left"
+    );
+    let metrics = g.server.gateway().metrics_text();
+    assert!(metrics.contains("outcome=\"client_gone\"} 1"), "{metrics}");
+}
