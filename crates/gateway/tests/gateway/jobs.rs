@@ -346,3 +346,67 @@ async fn policies_are_served_as_version_1_documents() {
         .is_ok()
     );
 }
+
+#[tokio::test]
+async fn a_key_the_upstream_echoes_never_reaches_a_job_record() {
+    let upstream = upstream("401").await;
+    let config = format!(
+        "[[candidate]]\nid = \"keyed\"\nprotocol = \"openai\"\nbase_url = \"{}\"\napi_key_env = \"CANARY_KEY\"\n[[route]]\nid = \"jobs\"\nmodels = [\"*\"]\ncandidates = [\"keyed\"]\n",
+        upstream.openai_base_url()
+    );
+    let config = load(
+        "test.toml",
+        &config,
+        &Overrides::default(),
+        &[("CANARY_KEY", crate::CANARY)],
+    )
+    .unwrap();
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let gateway = Gateway::new(
+        config,
+        HttpClient::new(timeouts()).unwrap(),
+        Arc::new(Catalogue::shipped().unwrap()),
+    )
+    .with_log(Arc::new(NoLog))
+    .with_jobs(store.clone());
+    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let reply = send(
+        server.addr(),
+        "POST",
+        "/v1/rebound/jobs",
+        &[JSON],
+        &job_body(),
+    )
+    .await;
+    let id = serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let job = until(&server, &id, "failed").await;
+    assert_eq!(job["error"]["code"], "auth_failed", "{job}");
+    let mut everything = job.to_string();
+    everything.push_str(&format!("{:?}", store.get(&id).unwrap()));
+    everything.push_str(&format!("{:?}", store.attempts(&id).unwrap()));
+    everything.push_str(
+        &send(
+            server.addr(),
+            "GET",
+            &format!("/v1/rebound/jobs/{id}/events"),
+            &[],
+            "",
+        )
+        .await
+        .text(),
+    );
+    everything.push_str(
+        &send(server.addr(), "GET", "/v1/rebound/jobs", &[], "")
+            .await
+            .text(),
+    );
+    assert!(
+        !everything.contains("GatewayCanary"),
+        "the provider key reached a job record:\n{everything}"
+    );
+}
