@@ -1,7 +1,7 @@
 //! `GET /v1/models`.
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use rebound_runtime::Protocol;
 
@@ -50,11 +50,8 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
         Ok(request) => request,
         Err(_) => return listed(),
     };
-    if let Some(key) = &candidate.api_key
-        && let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {key}"))
-    {
-        value.set_sensitive(true);
-        request.headers_mut().insert(header::AUTHORIZATION, value);
+    if candidate.authorize(request.headers_mut()).is_err() {
+        return listed();
     }
     match gateway.client.send(request).await {
         Ok(response) if response.status().is_success() => {

@@ -131,6 +131,48 @@ impl fmt::Debug for Candidate {
     }
 }
 
+impl Candidate {
+    /// The model endpoint: `{base}/chat/completions` or `{base}/v1/messages`.
+    pub fn endpoint(&self) -> String {
+        match self.protocol {
+            Protocol::OpenAi => format!("{}/chat/completions", self.base_url),
+            Protocol::Anthropic => format!("{}/v1/messages", self.base_url),
+        }
+    }
+
+    /// `body` with its top-level `model` rewritten to this candidate's, when it names one.
+    pub fn body_for(&self, body: &bytes::Bytes) -> bytes::Bytes {
+        self.model
+            .as_deref()
+            .and_then(|model| crate::body::rewrite_model(body, model))
+            .map_or_else(|| body.clone(), bytes::Bytes::from)
+    }
+
+    /// Sets this candidate's key (marked sensitive, so it is never printed) and the headers
+    /// its protocol requires.
+    pub fn authorize(
+        &self,
+        headers: &mut http::HeaderMap,
+    ) -> Result<(), http::header::InvalidHeaderValue> {
+        if let Some(key) = &self.api_key {
+            let (name, value) = match self.protocol {
+                Protocol::OpenAi => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+                Protocol::Anthropic => (http::HeaderName::from_static("x-api-key"), key.clone()),
+            };
+            let mut value = http::HeaderValue::from_str(&value)?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        if self.protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {
+            headers.insert(
+                "anthropic-version",
+                http::HeaderValue::from_static("2023-06-01"),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// A model pattern → ordered candidates.
 #[derive(Clone, Debug)]
 pub struct Route {

@@ -2,18 +2,16 @@
 //! commit point and relayed untouched after it.
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Request, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use rebound_core::{Evidence, Headers, Phase, TransportKind};
-use rebound_runtime::Protocol;
 use rebound_runtime::http::{TransportFailure, body_failure, read_body};
 use rebound_runtime::provider::{StreamItem, stream_items};
 use rebound_runtime::sse::SseFramer;
 
 use super::downstream::{Downstream, Head};
 use super::{Job, rebound_headers};
-use crate::body::rewrite_model;
 use crate::config::Candidate;
 
 /// The most of an upstream error body kept as evidence and relayed.
@@ -73,17 +71,8 @@ pub(crate) fn relayable(upstream: &HeaderMap) -> HeaderMap {
 }
 
 fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Bytes>>, http::Error> {
-    let base = &candidate.base_url;
-    let url = match job.protocol {
-        Protocol::OpenAi => format!("{base}/chat/completions"),
-        Protocol::Anthropic => format!("{base}/v1/messages"),
-    };
-    let body = candidate
-        .model
-        .as_deref()
-        .and_then(|model| rewrite_model(&job.body, model))
-        .map_or_else(|| job.body.clone(), Bytes::from);
-    let mut request = Request::post(url).body(Full::new(body))?;
+    let mut request =
+        Request::post(candidate.endpoint()).body(Full::new(candidate.body_for(&job.body)))?;
     let strip_auth = candidate.api_key.is_some() || !job.gateway.config.gateway_keys.is_empty();
     let headers = request.headers_mut();
     for (name, value) in &job.headers {
@@ -102,18 +91,7 @@ fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Byt
             HeaderValue::from_static("application/json"),
         );
     }
-    if let Some(key) = &candidate.api_key {
-        let (name, value) = match job.protocol {
-            Protocol::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
-            Protocol::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
-        };
-        let mut value = HeaderValue::from_str(&value).map_err(http::Error::from)?;
-        value.set_sensitive(true);
-        headers.insert(name, value);
-    }
-    if job.protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {
-        headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-    }
+    candidate.authorize(headers).map_err(http::Error::from)?;
     Ok(request)
 }
 

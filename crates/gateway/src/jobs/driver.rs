@@ -4,12 +4,11 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, header};
+use http::{Request, header};
 use http_body_util::{BodyExt, Full};
 use rebound_core::backoff::Jitter;
 use rebound_core::status::StopReason;
 use rebound_core::{Action, Caller, Evidence, Failure, Headers, Phase, Safety, Turn, WaitKind};
-use rebound_runtime::Protocol;
 use rebound_store::{AttemptOp, AttemptRecord, JobRecord, JobState};
 use serde_json::json;
 
@@ -195,38 +194,22 @@ async fn send(
         provider: Some(candidate.provider.clone()),
         ..Evidence::default()
     };
-    let body = candidate
-        .model
-        .as_deref()
-        .and_then(|m| crate::body::rewrite_model(&job.request, m))
-        .unwrap_or_else(|| job.request.clone());
-    let url = match candidate.protocol {
-        Protocol::OpenAi => format!("{}/chat/completions", candidate.base_url),
-        Protocol::Anthropic => format!("{}/v1/messages", candidate.base_url),
-    };
-    let mut request = Request::post(url)
+    let body = candidate.body_for(&Bytes::from(job.request.clone()));
+    let mut request = Request::post(candidate.endpoint())
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(Bytes::from(body)))
+        .body(Full::new(body))
         .map_err(|e| Evidence {
             body: Some(e.to_string()),
             transport: Some(rebound_core::TransportKind::ConnectionRefused),
             ..base.clone()
         })?;
-    if candidate.protocol == Protocol::Anthropic {
-        request
-            .headers_mut()
-            .insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
-    }
-    if let Some(key) = &candidate.api_key {
-        let (name, value) = match candidate.protocol {
-            Protocol::OpenAi => (header::AUTHORIZATION, format!("Bearer {key}")),
-            Protocol::Anthropic => (http::HeaderName::from_static("x-api-key"), key.clone()),
-        };
-        if let Ok(mut value) = HeaderValue::from_str(&value) {
-            value.set_sensitive(true);
-            request.headers_mut().insert(name, value);
-        }
-    }
+    candidate
+        .authorize(request.headers_mut())
+        .map_err(|_| Evidence {
+            body: Some("the candidate's key is not a valid header value".into()),
+            transport: Some(rebound_core::TransportKind::ConnectionRefused),
+            ..base.clone()
+        })?;
     let response = gateway
         .client
         .send(request)
