@@ -470,13 +470,7 @@ fn answer(
         let first = Bytes::copy_from_slice(&body.as_bytes()[..half]);
         tokio::spawn(async move {
             let _ = tx.send(Ok(Frame::data(first))).await;
-            flush_pause().await;
-            let _ = tx
-                .send(Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionReset,
-                    "chaos: cut",
-                )))
-                .await;
+            abort(&tx, std::io::ErrorKind::ConnectionReset, "chaos: cut").await;
         });
         let mut response = Response::new(BodyExt::boxed(ChannelBody(rx)));
         response.headers_mut().insert(
@@ -519,13 +513,7 @@ fn answer(
         }
         match fault {
             Some(Step::CutAfter(_)) => {
-                flush_pause().await;
-                let _ = tx
-                    .send(Err(std::io::Error::new(
-                        std::io::ErrorKind::ConnectionReset,
-                        "chaos: cut",
-                    )))
-                    .await;
+                abort(&tx, std::io::ErrorKind::ConnectionReset, "chaos: cut").await;
                 return;
             }
             Some(Step::StallAfter(_, d)) => {
@@ -542,13 +530,7 @@ fn answer(
                         .to_owned(),
                 )
                 .await;
-                flush_pause().await;
-                let _ = tx
-                    .send(Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "chaos: malformed",
-                    )))
-                    .await;
+                abort(&tx, std::io::ErrorKind::InvalidData, "chaos: malformed").await;
                 return;
             }
             _ => {}
@@ -567,6 +549,16 @@ fn answer(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     response
+}
+
+/// Aborts a response mid-body, after the chunks sent so far have left.
+async fn abort(
+    tx: &mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>,
+    kind: std::io::ErrorKind,
+    message: &'static str,
+) {
+    flush_pause().await;
+    let _ = tx.send(Err(std::io::Error::new(kind, message))).await;
 }
 
 /// hyper writes what the body produced when the body next waits; a cut that follows its

@@ -191,4 +191,20 @@ fn unknown_routes_and_newer_schemas_are_errors() {
         Err(StoreError::NotFound(_))
     ));
     assert!(store.list(10).unwrap().is_empty());
+    // A database written by a newer rebound is refused, not misread.
+    let dir = std::env::temp_dir().join(format!("rebound-store-newer-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let path = dir.join("routes.db");
+    drop(SqliteStore::open(&path).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    let refused = SqliteStore::open(&path);
+    assert!(
+        matches!(&refused, Err(StoreError::Database(m)) if m.contains("schema version 99")),
+        "{:?}",
+        refused.err()
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }

@@ -58,14 +58,7 @@ async fn bodies_over_the_limit_are_a_413() {
         r#"{{"model":"gpt-x","messages":[{{"role":"user","content":"{}"}}]}}"#,
         "a".repeat(2000)
     );
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &big,
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &big).await;
     assert_eq!(reply.status, 413);
     assert_eq!(chaos.attempts("default"), 0);
 }
@@ -214,14 +207,7 @@ async fn keys_never_reach_logs_metrics_or_error_bodies() {
 async fn metrics_count_attempts_retries_and_recoveries() {
     let chaos = chaos("502, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(false),
-    )
-    .await;
+    g.post("/v1/chat/completions", &openai_body(false)).await;
     let metrics = send(g.server.addr(), "GET", "/metrics", &[], "")
         .await
         .text();
@@ -302,14 +288,7 @@ async fn a_key_the_upstream_echoes_never_reaches_the_client() {
     // message and some proxies do. The relayed error must not carry it.
     let chaos = chaos("401").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(false),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
     assert_eq!(reply.status, 401);
     let text = reply.text();
     assert!(

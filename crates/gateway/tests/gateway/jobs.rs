@@ -76,6 +76,23 @@ fn job_body() -> String {
     json!({"protocol": "openai", "request": {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}}).to_string()
 }
 
+/// Submits the standard job; its id.
+async fn submit(server: &Server) -> String {
+    let reply = send(
+        server.addr(),
+        "POST",
+        "/v1/rebound/jobs",
+        &[JSON],
+        &job_body(),
+    )
+    .await;
+    assert_eq!(reply.status, 202, "{}", reply.text());
+    serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
 async fn get(server: &Server, id: &str) -> Value {
     let reply = send(
         server.addr(),
@@ -143,18 +160,7 @@ async fn a_reset_beyond_the_maximum_skips_to_the_next_candidate() {
     let first = upstream("429+retry-after:3600").await;
     let second = upstream("ok").await;
     let (server, _) = gateway(&two_candidates(&first, &second), true).await;
-    let reply = send(
-        server.addr(),
-        "POST",
-        "/v1/rebound/jobs",
-        &[JSON],
-        &job_body(),
-    )
-    .await;
-    let id = serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit(&server).await;
     let job = until(&server, &id, "succeeded").await;
     assert_eq!(job["candidate"], "second");
     assert_eq!(
@@ -169,18 +175,7 @@ async fn manual_actions_are_fenced_by_generation() {
     let second = upstream("ok").await;
     // Real time: the job really waits, so a manual action can overtake its timer.
     let (server, store) = gateway(&two_candidates(&first, &second), false).await;
-    let reply = send(
-        server.addr(),
-        "POST",
-        "/v1/rebound/jobs",
-        &[JSON],
-        &job_body(),
-    )
-    .await;
-    let id = serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit(&server).await;
     let waiting = until(&server, &id, "waiting").await;
     assert_eq!(waiting["pending_outcome"], "reset_wait");
     assert!(waiting["deadline_ms"].as_u64().unwrap() > 0);
@@ -216,18 +211,7 @@ async fn unclassified_failures_wait_for_a_human_and_stop_is_final() {
     let first = upstream("418").await;
     let second = upstream("ok").await;
     let (server, _) = gateway(&two_candidates(&first, &second), true).await;
-    let reply = send(
-        server.addr(),
-        "POST",
-        "/v1/rebound/jobs",
-        &[JSON],
-        &job_body(),
-    )
-    .await;
-    let id = serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit(&server).await;
     let job = until(&server, &id, "action_required").await;
     assert_eq!(job["error"]["reason"], "unclassified");
     let generation = job["generation"].as_u64().unwrap();
@@ -253,18 +237,7 @@ async fn events_stream_state_changes_until_the_end() {
     let first = upstream("502, ok").await;
     let second = upstream("ok").await;
     let (server, _) = gateway(&two_candidates(&first, &second), true).await;
-    let reply = send(
-        server.addr(),
-        "POST",
-        "/v1/rebound/jobs",
-        &[JSON],
-        &job_body(),
-    )
-    .await;
-    let id = serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit(&server).await;
     until(&server, &id, "succeeded").await;
     let events = send(
         server.addr(),
@@ -372,18 +345,7 @@ async fn a_key_the_upstream_echoes_never_reaches_a_job_record() {
     let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
-    let reply = send(
-        server.addr(),
-        "POST",
-        "/v1/rebound/jobs",
-        &[JSON],
-        &job_body(),
-    )
-    .await;
-    let id = serde_json::from_slice::<Value>(&reply.body).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let id = submit(&server).await;
     let job = until(&server, &id, "failed").await;
     assert_eq!(job["error"]["code"], "auth_failed", "{job}");
     let mut everything = job.to_string();

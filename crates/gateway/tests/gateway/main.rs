@@ -96,6 +96,20 @@ models = ["*"]
 candidates = ["oa", "an"]
 "#;
 
+impl Running {
+    /// A JSON POST to this gateway.
+    pub(crate) async fn post(&self, path: &str, body: &str) -> Reply {
+        send(
+            self.server.addr(),
+            "POST",
+            path,
+            &[("content-type", "application/json")],
+            body,
+        )
+        .await
+    }
+}
+
 pub(crate) struct Reply {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,

@@ -11,14 +11,7 @@ async fn retries_before_the_first_byte_are_invisible_and_bytes_are_relayed_untou
     let expected = direct("/v1/chat/completions", &openai_body(false)).await;
     let chaos = chaos("502, 429+retry-after-ms:100, reset, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(false),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(
         reply.body, expected,
@@ -38,14 +31,7 @@ async fn anthropic_overloaded_right_after_message_start_is_retried_invisibly() {
     // Waits of a second or less: no keep-alive comment precedes the stream.
     let chaos = chaos("error-after-0:overloaded_error, 529+retry-after-ms:200, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/messages",
-        &[JSON],
-        &anthropic_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/messages", &anthropic_body(true)).await;
     assert_eq!(reply.status, 200);
     assert_eq!(
         reply.body, expected,
@@ -60,14 +46,7 @@ async fn openai_stream_recovers_before_content() {
     let expected = direct("/v1/chat/completions", &openai_body(true)).await;
     let chaos = chaos("error-after-0:server_error, cut-after-0-chunks, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
     // The second wait (2 s) is long enough for keep-alive comments; after them, the
     // upstream's bytes exactly.
     let text = reply.text();
@@ -84,14 +63,7 @@ async fn openai_stream_recovers_before_content() {
 async fn a_mid_stream_failure_ends_with_the_providers_error_event_never_silently() {
     let chaos = chaos("cut-after-2-chunks, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/messages",
-        &[JSON],
-        &anthropic_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/messages", &anthropic_body(true)).await;
     let text = reply.text();
     assert_eq!(reply.status, 200);
     assert!(text.contains("event: message_start"), "{text}");
@@ -112,14 +84,7 @@ async fn a_mid_stream_failure_ends_with_the_providers_error_event_never_silently
     // OpenAI: the in-stream error object.
     let chaos = crate::chaos("cut-after-2-chunks, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
     let text = reply.text();
     assert!(!text.contains("[DONE]"), "{text}");
     assert!(
@@ -136,14 +101,7 @@ async fn a_mid_stream_failure_ends_with_the_providers_error_event_never_silently
 async fn the_providers_own_error_event_is_relayed_once() {
     let chaos = chaos("error-after-2:overloaded_error, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/messages",
-        &[JSON],
-        &anthropic_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/messages", &anthropic_body(true)).await;
     let text = reply.text();
     assert_eq!(text.matches("event: error").count(), 1, "{text}");
     assert_eq!(chaos.attempts("default"), 1);
@@ -179,14 +137,7 @@ async fn restart_clients_get_a_marker_then_the_replayed_stream() {
 async fn a_streaming_client_hears_the_countdown_while_waiting() {
     let chaos = chaos("503+retry-after:3, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
     let text = reply.text();
     assert_eq!(reply.status, 200);
     assert!(
@@ -201,14 +152,7 @@ async fn a_streaming_client_hears_the_countdown_while_waiting() {
 async fn exhaustion_is_one_provider_shaped_error_with_diagnostics() {
     let chaos = chaos(&["502"; 12].join(", ")).await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(false),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
     assert_eq!(reply.status, 502);
     let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(
@@ -227,14 +171,7 @@ async fn exhaustion_is_one_provider_shaped_error_with_diagnostics() {
 async fn an_exhausted_overload_is_the_providers_own_status_and_shape() {
     let chaos = chaos(&["error-after-0:overloaded_error"; 12].join(", ")).await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/messages",
-        &[JSON],
-        &anthropic_body(false),
-    )
-    .await;
+    let reply = g.post("/v1/messages", &anthropic_body(false)).await;
     assert_eq!(reply.status, 529, "{}", reply.text());
     let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(body["type"], "error");
@@ -268,14 +205,7 @@ candidates = ["first", "second"]
         healthy.openai_base_url()
     );
     let g = gateway(&config, &limited).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(false),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.header("x-rebound-candidate"), "second");
     assert_eq!(reply.header("x-rebound-attempts"), "2");
@@ -296,14 +226,7 @@ candidates = ["first", "second"]
 async fn terminal_failures_are_relayed_at_once() {
     let chaos = chaos("context, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        &openai_body(true),
-    )
-    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
     assert_eq!(reply.status, 400);
     let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(body["error"]["code"], "context_length_exceeded");
