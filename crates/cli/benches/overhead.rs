@@ -1,7 +1,8 @@
 //! What one extra hop through `rebound serve` costs, measured in one run against the same
 //! upstream (`rebound chaos`, no faults), with nginx as the reference proxy when installed.
 //!
-//! Run: `cargo bench -p rebound --bench overhead`
+//! Run: `cargo bench -p rebound --bench overhead`, or name sections to run only those:
+//! `cargo bench -p rebound --bench overhead -- saturation latency idle`.
 //! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
 //! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
 //! the open-loop generator below (requests start on a fixed schedule whatever the answers do,
@@ -249,6 +250,15 @@ fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// The sections named on the command line; all when none is.
+fn wanted(section: &str) -> bool {
+    let named: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| ["saturation", "latency", "idle"].contains(&a.as_str()))
+        .collect();
+    named.is_empty() || named.iter().any(|a| a == section)
+}
+
 fn main() {
     let (chaos_proc, chaos) =
         rebound(&["chaos", "--listen", "127.0.0.1:0", "--chunk-delay-ms", "0"]);
@@ -269,11 +279,35 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 
+    if wanted("saturation") {
+        saturation(chaos, gateway, proxy.as_ref().map(|(_, addr)| *addr));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    if wanted("latency") {
+        latency(
+            &runtime,
+            chaos,
+            gateway,
+            proxy.as_ref().map(|(_, addr)| *addr),
+        );
+    }
+    if wanted("idle") {
+        idle(&runtime, chaos, &chaos_proc, gateway, &gateway_proc);
+    }
+    drop(proxy);
+    drop(gateway_proc);
+    drop(chaos_proc);
+}
+
+fn saturation(chaos: SocketAddr, gateway: SocketAddr, proxy: Option<SocketAddr>) {
     println!("saturation: wrk -t1 -c16 -d4s, non-streaming POST /v1/chat/completions");
     match wrk(chaos) {
         None => println!("  wrk is not installed (apt-get install wrk): saturation skipped"),
         Some(direct) => {
-            let nginx_rps = proxy.as_ref().and_then(|(_, addr)| wrk(*addr));
+            let nginx_rps = proxy.and_then(wrk);
             let rebound_rps = wrk(gateway).unwrap_or(0.0);
             println!(
                 "  {:<24} {:>12} {:>16} {:>16}",
@@ -306,11 +340,14 @@ fn main() {
             );
         }
     }
+}
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+fn latency(
+    runtime: &tokio::runtime::Runtime,
+    chaos: SocketAddr,
+    gateway: SocketAddr,
+    proxy: Option<SocketAddr>,
+) {
     let rate = 1000;
     println!("\nfixed rate: {rate} requests/s for 3 s, open loop (after a 1 s warm-up)");
     println!(
@@ -324,8 +361,8 @@ fn main() {
             "whole response"
         };
         let mut paths = vec![("direct to chaos", chaos)];
-        if let Some((_, addr)) = &proxy {
-            paths.push(("nginx proxy_pass", *addr));
+        if let Some(addr) = proxy {
+            paths.push(("nginx proxy_pass", addr));
         }
         paths.push(("rebound serve", gateway));
         for (_, addr) in &paths {
@@ -349,7 +386,15 @@ fn main() {
             }
         }
     }
+}
 
+fn idle(
+    runtime: &tokio::runtime::Runtime,
+    chaos: SocketAddr,
+    chaos_proc: &Proc,
+    gateway: SocketAddr,
+    gateway_proc: &Proc,
+) {
     let streams = 2000;
     println!(
         "\nidle streams: {streams} streaming requests held open through rebound (upstream stalls after one chunk)"
@@ -373,7 +418,4 @@ fn main() {
         streams,
     ));
     println!("  {per_stream:.1} KiB of gateway memory per open idle stream");
-    drop(proxy);
-    drop(gateway_proc);
-    drop(chaos_proc);
 }

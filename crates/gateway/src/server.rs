@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::{Frame, Incoming};
+use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rebound_core::Catalogue;
@@ -403,16 +403,17 @@ async fn model_request(
         .get("x-rebound-replay")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"restart"));
     let (head_tx, head_rx) = oneshot::channel::<Head>();
-    let (body_tx, body_rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(32);
+    let (body_tx, body_rx) = mpsc::channel::<Bytes>(32);
     let job = forward::Job {
         gateway,
         protocol,
         route,
-        headers: parts.headers,
-        body,
+        headers: forward::detached(&parts.headers),
+        body: forward::detached_body(body),
         stream,
         restart,
     };
+    drop(parts);
     tokio::spawn(forward::run(job, head_tx, body_tx));
     match head_rx.await {
         Ok(head) => head.into_response(body_rx),

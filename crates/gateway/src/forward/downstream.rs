@@ -17,10 +17,7 @@ pub(crate) struct Head {
 }
 
 impl Head {
-    pub(crate) fn into_response(
-        self,
-        rx: mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
-    ) -> Response<Body> {
+    pub(crate) fn into_response(self, rx: mpsc::Receiver<Bytes>) -> Response<Body> {
         let mut response = match self.body {
             Some(bytes) => Response::new(Full::new(bytes).map_err(|never| match never {}).boxed()),
             None => Response::new(BodyExt::boxed(ChannelBody(rx))),
@@ -31,11 +28,12 @@ impl Head {
     }
 }
 
-/// A response body fed by a channel.
-pub(crate) struct ChannelBody(mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
+/// A response body fed by a channel of data chunks (small slots: an idle stream holds one
+/// channel).
+pub(crate) struct ChannelBody(mpsc::Receiver<Bytes>);
 
 impl ChannelBody {
-    pub(crate) fn new(rx: mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>) -> Self {
+    pub(crate) fn new(rx: mpsc::Receiver<Bytes>) -> Self {
         ChannelBody(rx)
     }
 }
@@ -48,14 +46,16 @@ impl hyper::body::Body for ChannelBody {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.0.poll_recv(cx)
+        self.0
+            .poll_recv(cx)
+            .map(|bytes| bytes.map(|bytes| Ok(Frame::data(bytes))))
     }
 }
 
 /// The client side: the head goes once, then body frames.
 pub(crate) struct Downstream {
     pub(crate) head: Option<oneshot::Sender<Head>>,
-    pub(crate) body: mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>,
+    pub(crate) body: mpsc::Sender<Bytes>,
 }
 
 impl Downstream {
@@ -69,7 +69,7 @@ impl Downstream {
 
     /// Sends body bytes; `false` when the client went away.
     pub(crate) async fn send(&mut self, bytes: Bytes) -> bool {
-        bytes.is_empty() || self.body.send(Ok(Frame::data(bytes))).await.is_ok()
+        bytes.is_empty() || self.body.send(bytes).await.is_ok()
     }
 
     /// Completes when the client has gone away.

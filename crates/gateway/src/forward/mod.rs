@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
-use hyper::body::Frame;
 use rebound_core::backoff::Jitter;
 use rebound_core::status::StopReason;
 use rebound_core::{
@@ -47,6 +46,32 @@ pub(crate) struct Job {
     pub(crate) restart: bool,
 }
 
+/// Copies of header values that share no memory with the connection's read buffer.
+///
+/// hyper hands out header values and small bodies as slices of the connection's read buffer;
+/// one kept for the life of a stream pins that whole buffer and makes the connection allocate
+/// another for its next read. A stream held open for minutes keeps only what it needs.
+pub(crate) fn detached(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        let mut copy = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(value.as_bytes()))
+            .unwrap_or_else(|_| value.clone());
+        copy.set_sensitive(value.is_sensitive());
+        out.append(name.clone(), copy);
+    }
+    out
+}
+
+/// A request body that shares no memory with the connection's read buffer (see [`detached`]).
+/// Bodies larger than a read buffer were already gathered into their own allocation.
+pub(crate) fn detached_body(body: Bytes) -> Bytes {
+    if body.len() <= 64 << 10 {
+        Bytes::copy_from_slice(&body)
+    } else {
+        body
+    }
+}
+
 fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &str, route: &str) {
     let mut put = |name: &'static str, value: String| {
         if let Ok(value) = HeaderValue::from_str(&value) {
@@ -59,11 +84,7 @@ fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &str, rout
 }
 
 /// Runs a job to its one response.
-pub(crate) async fn run(
-    job: Job,
-    head: oneshot::Sender<Head>,
-    body: mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>,
-) {
+pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sender<Bytes>) {
     let mut down = Downstream {
         head: Some(head),
         body,
@@ -370,4 +391,33 @@ async fn terminal(
         headers,
         body: Some(body),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http::{HeaderMap, HeaderValue};
+
+    fn inside(buffer: &Bytes, bytes: &[u8]) -> bool {
+        buffer.as_ptr_range().contains(&bytes.as_ptr())
+    }
+
+    #[test]
+    fn detached_headers_and_small_bodies_share_nothing_with_the_read_buffer() {
+        let buffer = Bytes::from(b"x-api-key: secret-value\r\n{\"model\":\"m\"}".to_vec());
+        let mut headers = HeaderMap::new();
+        let mut value = HeaderValue::from_maybe_shared(buffer.slice(11..23)).unwrap();
+        value.set_sensitive(true);
+        headers.insert("x-api-key", value);
+        assert!(inside(&buffer, headers["x-api-key"].as_bytes()));
+
+        let copy = super::detached(&headers);
+        assert_eq!(copy["x-api-key"], "secret-value");
+        assert!(copy["x-api-key"].is_sensitive());
+        assert!(!inside(&buffer, copy["x-api-key"].as_bytes()));
+
+        let body = super::detached_body(buffer.slice(25..));
+        assert_eq!(&body[..], b"{\"model\":\"m\"}");
+        assert!(!inside(&buffer, &body));
+    }
 }

@@ -58,14 +58,12 @@ pub(super) struct FailedAttempt {
     pub(super) upstream_error: Option<(StatusCode, Bytes)>,
 }
 
-/// Upstream response headers a client may see.
+/// Upstream response headers a client may see, detached from the upstream connection's read
+/// buffer (see [`super::detached`]).
 pub(crate) fn relayable(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::new();
-    for (name, value) in upstream {
-        if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
-            continue;
-        }
-        out.append(name.clone(), value.clone());
+    let mut out = super::detached(upstream);
+    for name in HOP_BY_HOP.iter().copied().chain(["content-encoding"]) {
+        out.remove(name);
     }
     out
 }
@@ -175,6 +173,9 @@ pub(super) async fn attempt(
         });
     }
     let mut headers = relayable(&parts.headers);
+    let status = parts.status;
+    // The upstream's head shares the connection's read buffer; a stream does not keep it.
+    drop(parts);
     rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
     if !job.stream {
         let bytes = match read_body(&mut body, RESPONSE_LIMIT, idle, down.gone()).await {
@@ -189,7 +190,7 @@ pub(super) async fn attempt(
                 kind: TransportKind::BodyDecode,
                 message: format!(
                     "a {} answer whose body is not JSON ({} bytes)",
-                    parts.status.as_u16(),
+                    status.as_u16(),
                     bytes.len()
                 ),
             };
@@ -197,7 +198,7 @@ pub(super) async fn attempt(
         }
         headers.remove(header::CONTENT_LENGTH);
         return if down.respond(Head {
-            status: parts.status,
+            status,
             headers,
             body: Some(bytes),
         }) {
@@ -206,7 +207,7 @@ pub(super) async fn attempt(
             Attempt::ClientGone
         };
     }
-    relay_stream(job, parts.status, headers, &mut body, down, &base).await
+    relay_stream(job, status, headers, &mut body, down, &base).await
 }
 
 /// An SSE event re-written with every string of its JSON data redacted.
