@@ -50,6 +50,8 @@ struct Counters {
 struct State {
     config: ChaosConfig,
     counters: Mutex<Counters>,
+    /// TCP connections accepted.
+    connections: std::sync::atomic::AtomicU64,
 }
 
 impl State {
@@ -133,6 +135,7 @@ impl Chaos {
                 ..Counters::default()
             }),
             config,
+            connections: std::sync::atomic::AtomicU64::new(0),
         });
         let (stop, mut stopped) = watch::channel(false);
         let served = Arc::clone(&state);
@@ -144,6 +147,9 @@ impl Chaos {
                 };
                 let Ok((stream, _)) = accepted else { continue };
                 let _ = stream.set_nodelay(true);
+                served
+                    .connections
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let state = Arc::clone(&served);
                 let mut stopped = stopped.clone();
                 tokio::spawn(async move {
@@ -151,9 +157,14 @@ impl Chaos {
                         let state = Arc::clone(&state);
                         async move { handle(state, req).await }
                     });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(true)
-                        .serve_connection(TokioIo::new(stream), service);
+                    // HTTP/1.1, or HTTP/2 when the client opens with its preface (prior
+                    // knowledge). A fake upstream sets no limit on concurrent streams.
+                    let mut builder = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    );
+                    builder.http1().keep_alive(true);
+                    builder.http2().max_concurrent_streams(None);
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
                         _ = conn => {}
                         _ = stopped.changed() => {}
@@ -172,6 +183,13 @@ impl Chaos {
     /// The bound address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// How many TCP connections it has accepted.
+    pub fn connections(&self) -> u64 {
+        self.state
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The OpenAI base URL, as the official SDKs take it.

@@ -2,7 +2,8 @@
 //! upstream (`rebound chaos`, no faults), with nginx as the reference proxy when installed.
 //!
 //! Run: `cargo bench -p rebound --bench overhead`, or name sections to run only those:
-//! `cargo bench -p rebound --bench overhead -- saturation latency idle`.
+//! `cargo bench -p rebound --bench overhead -- saturation latency idle`. `streams=N` sets how
+//! many idle streams are held open (2,000 by default).
 //! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
 //! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
 //! the open-loop generator below (requests start on a fixed schedule whatever the answers do,
@@ -196,9 +197,14 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Opens `n` streams through the gateway whose upstream stalls after one chunk; returns the
-/// gateway's RSS growth per stream in KiB.
-async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, n: usize) -> f64 {
+/// Opens `n` streams through the gateway whose upstream stalls after one chunk; returns how
+/// many opened, the gateway's RSS growth and the upstream's, in KiB.
+async fn idle_streams(
+    gateway: SocketAddr,
+    gateway_pid: u32,
+    upstream_pid: u32,
+    n: usize,
+) -> (usize, u64, u64) {
     let before = rss_kib(gateway_pid);
     let upstream_before = rss_kib(upstream_pid);
     let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
@@ -235,15 +241,16 @@ async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(gateway_pid);
     let upstream_after = rss_kib(upstream_pid);
-    println!(
-        "  for comparison, the upstream (a plain hyper server holding the same streams): {:.1} KiB per stream",
-        upstream_after.saturating_sub(upstream_before) as f64 / n as f64
-    );
     for task in held {
         task.abort();
     }
-    println!("  {open} of {n} streams open; gateway RSS {before} KiB → {after} KiB");
-    (after.saturating_sub(before)) as f64 / open.max(1) as f64
+    // Let the proxy see the streams close before the next measurement.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    (
+        open,
+        after.saturating_sub(before),
+        upstream_after.saturating_sub(upstream_before),
+    )
 }
 
 fn ms(d: Duration) -> String {
@@ -295,7 +302,63 @@ fn main() {
         );
     }
     if wanted("idle") {
-        idle(&runtime, chaos, &chaos_proc, gateway, &gateway_proc);
+        let streams = std::env::args()
+            .find_map(|a| a.strip_prefix("streams=").and_then(|n| n.parse().ok()))
+            .unwrap_or(2000);
+        println!(
+            "\nidle streams: {streams} streaming requests held open (the upstream stalls after one chunk)"
+        );
+        println!(
+            "  {:<34} {:>8} {:>14} {:>16}",
+            "path", "open", "memory growth", "KiB per stream"
+        );
+        let chaos_pid = chaos_proc.0.id();
+        idle(
+            &runtime,
+            chaos,
+            chaos_pid,
+            "rebound serve",
+            gateway,
+            gateway_proc.0.id(),
+            streams,
+        );
+        let (gateway2_proc, gateway2) = rebound(&[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--openai-upstream",
+            &upstream_openai,
+            "--anthropic-upstream",
+            &upstream_anthropic,
+            "--upstream-http2",
+        ]);
+        idle(
+            &runtime,
+            chaos,
+            chaos_pid,
+            "rebound serve --upstream-http2",
+            gateway2,
+            gateway2_proc.0.id(),
+            streams,
+        );
+        drop(gateway2_proc);
+        if let Some((nginx_proc, addr)) = &proxy {
+            // The worker holds the connections; the master only supervises.
+            let master = nginx_proc.0.id();
+            let worker = std::fs::read_to_string(format!("/proc/{master}/task/{master}/children"))
+                .ok()
+                .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+                .unwrap_or(master);
+            idle(
+                &runtime,
+                chaos,
+                chaos_pid,
+                "nginx proxy_pass",
+                *addr,
+                worker,
+                streams,
+            );
+        }
     }
     drop(proxy);
     drop(gateway_proc);
@@ -388,17 +451,16 @@ fn latency(
     }
 }
 
+/// Holds `streams` idle streams open through `proxy` and prints its memory growth per stream.
 fn idle(
     runtime: &tokio::runtime::Runtime,
     chaos: SocketAddr,
-    chaos_proc: &Proc,
-    gateway: SocketAddr,
-    gateway_proc: &Proc,
+    chaos_pid: u32,
+    label: &str,
+    proxy: SocketAddr,
+    proxy_pid: u32,
+    streams: usize,
 ) {
-    let streams = 2000;
-    println!(
-        "\nidle streams: {streams} streaming requests held open through rebound (upstream stalls after one chunk)"
-    );
     let set = Request::post(format!("http://{chaos}/chaos/scripts"))
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(format!(
@@ -411,11 +473,12 @@ fn idle(
         let response = client.send(set).await.unwrap();
         let _ = response.into_body().collect().await;
     });
-    let per_stream = runtime.block_on(idle_streams(
-        gateway,
-        gateway_proc.0.id(),
-        chaos_proc.0.id(),
-        streams,
-    ));
-    println!("  {per_stream:.1} KiB of gateway memory per open idle stream");
+    let (open, growth_kib, upstream_kib) =
+        runtime.block_on(idle_streams(proxy, proxy_pid, chaos_pid, streams));
+    println!(
+        "  {label:<34} {open:>8} {:>10.1} MiB {:>16.1}   (upstream chaos: {:.1} KiB per stream)",
+        growth_kib as f64 / 1024.0,
+        growth_kib as f64 / open.max(1) as f64,
+        upstream_kib as f64 / open.max(1) as f64
+    );
 }

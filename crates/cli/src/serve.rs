@@ -29,6 +29,10 @@ pub(crate) struct ServeArgs {
     /// The Anthropic upstream base URL, as the SDKs take it (without /v1). Embedded default only.
     #[arg(long, value_name = "URL", conflicts_with = "config")]
     anthropic_upstream: Option<String>,
+    /// Speak HTTP/2 to every upstream (as `http2 = true` on each candidate): one connection
+    /// carries all concurrent requests to an upstream.
+    #[arg(long)]
+    upstream_http2: bool,
     /// A folder of user rule files (*.toml) to add to the shipped catalogue.
     #[arg(long, value_name = "DIR")]
     catalogue: Option<PathBuf>,
@@ -47,6 +51,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         listen: args.listen,
         openai_upstream: args.openai_upstream.clone(),
         anthropic_upstream: args.anthropic_upstream.clone(),
+        upstream_http2: args.upstream_http2,
     };
     let catalogue = crate::classify::load_catalogue(args.catalogue.as_deref())?;
     let config = load_with(&name, &text, &overrides, &ProcessEnv, Some(&catalogue))
@@ -66,7 +71,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
                     .iter()
                     .map(|c| {
                         let key = if c.api_key.is_some() { "key from env" } else { "client key" };
-                        format!("{} → {} ({key})", c.id, c.base_url)
+                        let http2 = if c.http2 { ", HTTP/2" } else { "" };
+                        format!("{} → {} ({key}{http2})", c.id, c.base_url)
                     })
                     .collect();
                 format!("  route {} [{}]: {}", r.id, r.models.join(", "), candidates.join(", "))

@@ -45,6 +45,7 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
         return listed();
     };
     let mut request = match Request::get(format!("{}/models", candidate.base_url))
+        .version(candidate.version())
         .body(Full::new(Bytes::new()))
     {
         Ok(request) => request,

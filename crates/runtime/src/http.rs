@@ -4,12 +4,17 @@
 //! hyper-util's pooled client re-sends a request whose reused connection was closed before
 //! the request went out (`retry_canceled_requests`). That is a nested retry loop rebound
 //! cannot see or count, so it is switched off here; every attempt is the runtime's decision.
+//!
+//! Requests go over HTTP/1.1 unless they ask for HTTP/2 (`Version::HTTP_2`): then over TLS the
+//! connection negotiates `h2` by ALPN, and over plain `http://` it speaks HTTP/2 from the first
+//! byte (prior knowledge). One HTTP/2 connection per upstream carries every concurrent
+//! request, so open streams cost a stream each rather than a connection each.
 
 use std::error::Error as StdError;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Request;
+use http::{Request, Version};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
@@ -52,27 +57,50 @@ pub struct TransportFailure {
 /// The shared client.
 #[derive(Clone, Debug)]
 pub struct HttpClient {
-    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http1: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http2: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeouts: Timeouts,
 }
+
+/// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
+/// before the connection (and every request on it) counts as broken.
+const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(20);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl HttpClient {
     /// A client with these timeouts, trusting the webpki root certificates.
     pub fn new(timeouts: Timeouts) -> Result<Self, rustls::Error> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_nodelay(true);
-        http.set_connect_timeout(Some(timeouts.connect));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())?
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
+        let tcp = || {
+            let mut http = HttpConnector::new();
+            http.enforce_http(false);
+            http.set_nodelay(true);
+            http.set_connect_timeout(Some(timeouts.connect));
+            http
+        };
+        let tls = || {
+            hyper_rustls::HttpsConnectorBuilder::new()
+                .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+                .map(hyper_rustls::HttpsConnectorBuilder::https_or_http)
+        };
+        let http1 = Client::builder(TokioExecutor::new())
             .retry_canceled_requests(false)
             .pool_idle_timeout(Duration::from_secs(90))
-            .build(https);
-        Ok(HttpClient { client, timeouts })
+            .build(tls()?.enable_http1().wrap_connector(tcp()));
+        let http2 = Client::builder(TokioExecutor::new())
+            .retry_canceled_requests(false)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .timer(hyper_util::rt::TokioTimer::new())
+            .http2_only(true)
+            .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
+            .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
+            .build(tls()?.enable_http2().wrap_connector(tcp()));
+        Ok(HttpClient {
+            http1,
+            http2,
+            timeouts,
+        })
     }
 
     /// The timeouts.
@@ -80,12 +108,18 @@ impl HttpClient {
         self.timeouts
     }
 
-    /// Sends one request and waits for the response headers, at most `first_byte`.
+    /// Sends one request and waits for the response headers, at most `first_byte`. A request
+    /// whose version is `HTTP_2` goes over HTTP/2; any other over HTTP/1.1.
     pub async fn send(
         &self,
         request: Request<Full<Bytes>>,
     ) -> Result<http::Response<Incoming>, TransportFailure> {
-        match tokio::time::timeout(self.timeouts.first_byte, self.client.request(request)).await {
+        let client = if request.version() == Version::HTTP_2 {
+            &self.http2
+        } else {
+            &self.http1
+        };
+        match tokio::time::timeout(self.timeouts.first_byte, client.request(request)).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(e)) => Err(classify_client_error(&e)),
             Err(_) => Err(TransportFailure {

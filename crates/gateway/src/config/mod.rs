@@ -87,6 +87,8 @@ struct CandidateFile {
     model: Option<String>,
     provider: Option<String>,
     #[serde(default)]
+    http2: bool,
+    #[serde(default)]
     policy: PolicyFile,
 }
 
@@ -114,6 +116,8 @@ pub struct Candidate {
     pub model: Option<String>,
     /// The provider name the catalogue knows.
     pub provider: String,
+    /// Speak HTTP/2 to it: one connection carries every concurrent request.
+    pub http2: bool,
     /// Its per-class policy (D1).
     pub policy: Arc<Policy>,
 }
@@ -127,6 +131,7 @@ impl fmt::Debug for Candidate {
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("model", &self.model)
             .field("provider", &self.provider)
+            .field("http2", &self.http2)
             .finish_non_exhaustive()
     }
 }
@@ -137,6 +142,15 @@ impl Candidate {
         match self.protocol {
             Protocol::OpenAi => format!("{}/chat/completions", self.base_url),
             Protocol::Anthropic => format!("{}/v1/messages", self.base_url),
+        }
+    }
+
+    /// The HTTP version its requests ask for.
+    pub fn version(&self) -> http::Version {
+        if self.http2 {
+            http::Version::HTTP_2
+        } else {
+            http::Version::HTTP_11
         }
     }
 
@@ -234,6 +248,8 @@ pub struct Overrides {
     pub openai_upstream: Option<String>,
     /// `--anthropic-upstream`: the embedded default's Anthropic base URL.
     pub anthropic_upstream: Option<String>,
+    /// `--upstream-http2`: every candidate speaks HTTP/2.
+    pub upstream_http2: bool,
 }
 
 /// Loads `text` (named `file` in errors), applies `overrides`, reads keys from `env`. Legacy
@@ -395,6 +411,7 @@ pub fn load_with(
                 Protocol::OpenAi => "openai".into(),
                 Protocol::Anthropic => "anthropic".into(),
             }),
+            http2: c.http2 || overrides.upstream_http2,
             policy: Arc::new(policy),
         };
         if candidates

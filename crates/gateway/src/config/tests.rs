@@ -36,6 +36,7 @@ fn overrides_apply() {
         listen: Some("127.0.0.1:9".parse().unwrap()),
         openai_upstream: Some("http://127.0.0.1:7/v1".into()),
         anthropic_upstream: None,
+        upstream_http2: false,
     };
     let c = load(
         "embedded default",

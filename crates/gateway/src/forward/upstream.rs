@@ -69,8 +69,9 @@ pub(crate) fn relayable(upstream: &HeaderMap) -> HeaderMap {
 }
 
 fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Bytes>>, http::Error> {
-    let mut request =
-        Request::post(candidate.endpoint()).body(Full::new(candidate.body_for(&job.body)))?;
+    let mut request = Request::post(candidate.endpoint())
+        .version(candidate.version())
+        .body(Full::new(candidate.body_for(&job.body)))?;
     let strip_auth = candidate.api_key.is_some() || !job.gateway.config.gateway_keys.is_empty();
     let headers = request.headers_mut();
     for (name, value) in &job.headers {

@@ -196,6 +196,7 @@ async fn send(
     };
     let body = candidate.body_for(&Bytes::from(job.request.clone()));
     let mut request = Request::post(candidate.endpoint())
+        .version(candidate.version())
         .header(header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))
         .map_err(|e| Evidence {

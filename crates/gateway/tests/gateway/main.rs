@@ -9,6 +9,7 @@
 )]
 
 mod front;
+mod http2;
 mod jobs;
 mod recovery;
 mod soak;
