@@ -109,7 +109,9 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
         };
         attempts += 1;
         gateway.metrics.attempt(&candidate.id);
-        let outcome = attempt(&job, &candidate, &mut down, attempts).await;
+        // Boxed, like every step below: an open stream's task then holds only the step it is
+        // in, not room for the largest one.
+        let outcome = Box::pin(attempt(&job, &candidate, &mut down, attempts)).await;
         let failed = match outcome {
             Attempt::Delivered => {
                 let outcome = if attempts == 1 { "ok" } else { "recovered" };
@@ -131,6 +133,38 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
             }
             Attempt::Failed(failed) => failed,
         };
+        let mut failure = Failed {
+            job: &job,
+            down: &mut down,
+            turn: &mut turn,
+            candidate: &candidate,
+            attempts,
+            protocol_name,
+        };
+        match Box::pin(failure.decide(failed)).await {
+            Some(class) => last_class = Some(class),
+            None => return,
+        }
+    }
+}
+
+/// One failed attempt, to be decided: retry after a wait, fall back, or stop.
+struct Failed<'a> {
+    job: &'a Job,
+    down: &'a mut Downstream,
+    turn: &'a mut Turn,
+    candidate: &'a Candidate,
+    attempts: u32,
+    protocol_name: &'static str,
+}
+
+impl Failed<'_> {
+    /// Classifies, decides and carries the decision out: `Some(class)` to attempt again,
+    /// `None` when the job has ended (stopped, or the client went away).
+    async fn decide(&mut self, failed: FailedAttempt) -> Option<&'static str> {
+        let (job, attempts, protocol_name) = (self.job, self.attempts, self.protocol_name);
+        let candidate = self.candidate;
+        let gateway = &job.gateway;
         let now = gateway.clock.now();
         let classification = gateway.catalogue.classify(&failed.evidence, now);
         let safety = if failed.delivered && !job.restart {
@@ -138,7 +172,7 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
         } else {
             Safety::Replayable
         };
-        let action = turn.on_failure(
+        let action = self.turn.on_failure(
             Failure {
                 evidence: &failed.evidence,
                 classification: &classification,
@@ -153,7 +187,6 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
             .as_ref()
             .map_or("-", |c| c.as_str())
             .to_owned();
-        last_class = Some(class);
         let mut line = vec![
             ("route", job.route.id.clone()),
             ("candidate", candidate.id.clone()),
@@ -197,22 +230,22 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
                 line.push(("action", "retry".into()));
                 line.push(("delay_ms", wait.delay.as_millis().to_string()));
                 gateway.log.line(&format_line(&line));
-                if failed.delivered && !restart_marker(&job, &mut down, attempts, "retry").await {
+                if failed.delivered && !restart_marker(job, self.down, attempts, "retry").await {
                     gateway.metrics.request(protocol_name, "client_gone");
-                    return;
+                    return None;
                 }
                 if !wait_for(
-                    &job,
-                    &mut down,
+                    job,
+                    self.down,
                     wait.delay,
                     &wait.status,
-                    &candidate,
+                    candidate,
                     attempts,
                 )
                 .await
                 {
                     gateway.metrics.request(protocol_name, "client_gone");
-                    return;
+                    return None;
                 }
             }
             Action::Fallback {
@@ -229,10 +262,9 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
                         .unwrap_or_default(),
                 ));
                 gateway.log.line(&format_line(&line));
-                if failed.delivered && !restart_marker(&job, &mut down, attempts, "fallback").await
-                {
+                if failed.delivered && !restart_marker(job, self.down, attempts, "fallback").await {
                     gateway.metrics.request(protocol_name, "client_gone");
-                    return;
+                    return None;
                 }
             }
             Action::Stop(diagnostics) => {
@@ -246,10 +278,11 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sende
                 line.push(("reason", format!("{:?}", diagnostics.reason).to_lowercase()));
                 gateway.log.line(&format_line(&line));
                 gateway.metrics.request(protocol_name, "error");
-                terminal(&job, &mut down, failed, &diagnostics, &candidate, attempts).await;
-                return;
+                terminal(job, self.down, failed, &diagnostics, candidate, attempts).await;
+                return None;
             }
         }
+        Some(class)
     }
 }
 
@@ -419,5 +452,52 @@ mod tests {
         let body = super::detached_body(buffer.slice(25..));
         assert_eq!(&body[..], b"{\"model\":\"m\"}");
         assert!(!inside(&buffer, &body));
+    }
+
+    /// Every open stream holds one forwarder task: its future is the job's memory, so the
+    /// steps it is not in are boxed rather than reserved (#4's per-stream memory).
+    #[test]
+    fn an_open_streams_forwarder_stays_small() {
+        use std::sync::Arc;
+
+        let config = crate::config::load(
+            "test",
+            crate::config::DEFAULT_CONFIG,
+            &crate::config::Overrides::default(),
+            &crate::config::ProcessEnv,
+        )
+        .unwrap();
+        let client =
+            rebound_runtime::HttpClient::new(rebound_runtime::Timeouts::default()).unwrap();
+        let catalogue = Arc::new(rebound_core::Catalogue::shipped().unwrap());
+        let gateway = Arc::new(crate::server::Gateway::new(config, client, catalogue));
+        let route = gateway
+            .config
+            .route("gpt-4o", rebound_runtime::Protocol::OpenAi)
+            .unwrap();
+        let candidate = Arc::clone(&route.candidates[0]);
+        let job = || super::Job {
+            gateway: Arc::clone(&gateway),
+            protocol: rebound_runtime::Protocol::OpenAi,
+            route: route.clone(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            stream: true,
+            restart: false,
+        };
+        let (head, _) = tokio::sync::oneshot::channel();
+        let (body, _) = tokio::sync::mpsc::channel(1);
+        let run = std::mem::size_of_val(&super::run(job(), head, body));
+        let (head, _) = tokio::sync::oneshot::channel();
+        let (body, _) = tokio::sync::mpsc::channel(1);
+        let mut down = super::Downstream {
+            head: Some(head),
+            body,
+        };
+        let job = job();
+        let attempt =
+            std::mem::size_of_val(&super::upstream::attempt(&job, &candidate, &mut down, 1));
+        assert!(run <= 1024, "the forwarder's future is {run} bytes");
+        assert!(attempt <= 1024, "an attempt's future is {attempt} bytes");
     }
 }

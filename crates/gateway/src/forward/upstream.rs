@@ -137,7 +137,7 @@ pub(super) async fn attempt(
     let sent = tokio::select! {
         biased;
         _ = down.gone() => return Attempt::ClientGone,
-        sent = gateway.client.send(request) => sent,
+        sent = Box::pin(gateway.client.send(request)) => sent,
     };
     let response = match sent {
         Ok(response) => response,
@@ -146,7 +146,8 @@ pub(super) async fn attempt(
     let (parts, mut body) = response.into_parts();
     let idle = gateway.client.timeouts().idle;
     if !parts.status.is_success() {
-        let bytes = match read_body(&mut body, ERROR_BODY_LIMIT, idle, down.gone()).await {
+        let bytes = match Box::pin(read_body(&mut body, ERROR_BODY_LIMIT, idle, down.gone())).await
+        {
             Ok(bytes) => bytes,
             Err(None) => return Attempt::ClientGone,
             Err(Some(_)) => Bytes::new(),
@@ -179,7 +180,7 @@ pub(super) async fn attempt(
     drop(parts);
     rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
     if !job.stream {
-        let bytes = match read_body(&mut body, RESPONSE_LIMIT, idle, down.gone()).await {
+        let bytes = match Box::pin(read_body(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
             Ok(bytes) => bytes,
             Err(None) => return Attempt::ClientGone,
             Err(Some(failure)) => return transport_failure(&base, failure, Phase::Setup, false),
@@ -208,7 +209,7 @@ pub(super) async fn attempt(
             Attempt::ClientGone
         };
     }
-    relay_stream(job, status, headers, &mut body, down, &base).await
+    Box::pin(relay_stream(job, status, headers, &mut body, down, &base)).await
 }
 
 /// An SSE event re-written with every string of its JSON data redacted.
