@@ -88,43 +88,74 @@ pub(crate) async fn handle(
     }
 }
 
-fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Body> {
+/// A job submission that `POST /v1/rebound/jobs` accepts, checked.
+#[derive(Clone, Debug)]
+pub struct Submission {
+    /// The protocol its request speaks.
+    pub protocol: Protocol,
+    /// The route asked for, if any.
+    pub route: Option<String>,
+    /// The request's model.
+    pub model: String,
+    /// The request body, a JSON object that does not stream.
+    pub request: Value,
+}
+
+/// Checks a job submission body; the error is the one line the client gets with its 400.
+pub fn parse_submission(body: &[u8]) -> Result<Submission, String> {
     let submit: Submit = match serde_json::from_slice(body) {
         Ok(s) => s,
-        Err(e) if e.is_data() => return problem(StatusCode::BAD_REQUEST, &format!("rebound: {e}")),
+        Err(e) if e.is_data() => return Err(format!("rebound: {e}")),
         Err(e) => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!(
-                    "rebound: the job is not valid JSON (line {}, column {})",
-                    e.line(),
-                    e.column()
-                ),
-            );
+            return Err(format!(
+                "rebound: the job is not valid JSON (line {}, column {})",
+                e.line(),
+                e.column()
+            ));
         }
     };
     let protocol = match submit.protocol.as_str() {
         "openai" => Protocol::OpenAi,
         "anthropic" => Protocol::Anthropic,
         other => {
-            return problem(
-                StatusCode::BAD_REQUEST,
-                &format!("rebound: unknown protocol `{other}`, expected openai or anthropic"),
-            );
+            return Err(format!(
+                "rebound: unknown protocol `{other}`, expected openai or anthropic"
+            ));
         }
     };
+    if !submit.request.is_object() {
+        return Err("rebound: `request` must be a JSON object, the provider's request body".into());
+    }
     if submit.request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "rebound: jobs do not stream; leave out `stream` or set it to false",
-        );
+        return Err("rebound: jobs do not stream; leave out `stream` or set it to false".into());
     }
     let Some(model) = submit.request.get("model").and_then(Value::as_str) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "rebound: the request needs a `model`",
-        );
+        return Err("rebound: the request needs a `model`".into());
     };
+    Ok(Submission {
+        protocol,
+        route: submit.route,
+        model: model.to_owned(),
+        request: submit.request,
+    })
+}
+
+/// Checks a manual action's body (`{"generation": N}`) and returns the generation.
+pub fn parse_manual_action(body: &[u8]) -> Result<u64, String> {
+    serde_json::from_slice::<ManualAction>(body)
+        .map(|action| action.generation)
+        .map_err(|_| {
+            "rebound: send {\"generation\": N}, the generation the action was decided against"
+                .to_owned()
+        })
+}
+
+fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Body> {
+    let submit = match parse_submission(body) {
+        Ok(submit) => submit,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
+    };
+    let (protocol, model) = (submit.protocol, submit.model.as_str());
     let route = match &submit.route {
         Some(id) => gateway
             .config
@@ -155,7 +186,10 @@ fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Bo
         .map(|c| PolicyDocument::of(&c.policy))
         .collect();
     let new = NewJob {
-        protocol: submit.protocol.clone(),
+        protocol: match protocol {
+            Protocol::OpenAi => "openai".to_owned(),
+            Protocol::Anthropic => "anthropic".to_owned(),
+        },
         route_id: route.id.clone(),
         candidates: route.candidates.iter().map(|c| c.id.clone()).collect(),
         policies: serde_json::to_value(policies).unwrap_or(Value::Null),
@@ -177,14 +211,12 @@ fn manual(
     action: &str,
     body: &[u8],
 ) -> http::Response<Body> {
-    let Ok(request) = serde_json::from_slice::<ManualAction>(body) else {
-        return problem(
-            StatusCode::BAD_REQUEST,
-            "rebound: send {\"generation\": N}, the generation the action was decided against",
-        );
+    let generation = match parse_manual_action(body) {
+        Ok(generation) => generation,
+        Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
     let mut refused: Option<String> = None;
-    let result = jobs.store.transition(id, request.generation, now_ms(gateway), &mut |job| {
+    let result = jobs.store.transition(id, generation, now_ms(gateway), &mut |job| {
         let mut turn = Turn::restore(policies_of(job, gateway), Caller::Session, &job.turn);
         match action {
             "stop" => {

@@ -9,6 +9,8 @@
 mod api;
 mod driver;
 
+pub use api::{Submission, parse_manual_action, parse_submission};
+
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::UNIX_EPOCH;

@@ -51,6 +51,54 @@ async fn malformed_json_is_a_400_in_the_protocols_shape() {
 }
 
 #[tokio::test]
+async fn deeply_nested_json_is_scanned_without_recursion_and_the_gateway_keeps_serving() {
+    // A candidate that rewrites `model`, which comes after 1 MiB of nesting: the gateway must
+    // walk past it (a parser that recursed per level would overflow its stack).
+    let chaos = chaos("ok").await;
+    let config = SIMPLE.replace("id = \"oa\"\n", "id = \"oa\"\nmodel = \"rewritten\"\n");
+    let g = gateway(&config, &chaos).await;
+    let depth = 500_000;
+    let open = "[".repeat(depth);
+    let close = "]".repeat(depth);
+
+    // Unbalanced: not JSON, refused here in the protocol's shape.
+    let reply = g
+        .post(
+            "/v1/chat/completions",
+            &format!(r#"{{"tools":{open},"model":"gpt-x","messages":[]}}"#),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let error: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(error["error"]["type"], "invalid_request_error");
+    assert!(error.get("rebound").is_none(), "refused before any attempt");
+    assert_eq!(chaos.attempts("default"), 0);
+
+    // Balanced: valid JSON, forwarded with its model rewritten; the upstream's own 400 (chaos
+    // refuses such depth) comes back once, not retried.
+    let reply = g
+        .post(
+            "/v1/chat/completions",
+            &format!(r#"{{"tools":{open}{close},"model":"gpt-x","messages":[]}}"#),
+        )
+        .await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    let error: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(error["rebound"]["code"], "invalid_request");
+    assert_eq!(error["rebound"]["attempts"], 1);
+
+    let reply = g
+        .post("/v1/chat/completions", &crate::openai_body(false))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert!(
+        reply.text().contains("\"model\":\"rewritten\""),
+        "{}",
+        reply.text()
+    );
+}
+
+#[tokio::test]
 async fn bodies_over_the_limit_are_a_413() {
     let chaos = chaos("ok").await;
     let g = gateway(&format!("body_limit_bytes = 1024\n{SIMPLE}"), &chaos).await;

@@ -265,8 +265,15 @@ async fn bad_jobs_are_refused() {
     let first = upstream("ok").await;
     let second = upstream("ok").await;
     let (server, _) = gateway(&two_candidates(&first, &second), true).await;
+    let deep = format!(
+        r#"{{"protocol": "openai", "request": {{"model": "m", "x": {}{}}}}}"#,
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
     for (body, status) in [
         ("{not json", 400),
+        (deep.as_str(), 400),
+        (r#"{"protocol": "openai", "request": [1, 2]}"#, 400),
         (
             r#"{"protocol": "openai", "request": {"model": "m", "stream": true}}"#,
             400,
