@@ -14,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use rebound_core::Catalogue;
 use rebound_runtime::{Clock, HttpClient, Protocol, Sleeper, SystemClock, TokioSleeper};
 use tokio::net::TcpListener;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
@@ -22,6 +22,9 @@ use crate::forward::{self, Head};
 use crate::log::{LogSink, StderrLog};
 use crate::metrics::Metrics;
 use crate::shape;
+
+/// How long the accept loop pauses after a failed accept (out of file descriptors).
+const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Response bodies: whole, or fed by the forwarder.
 pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
@@ -115,17 +118,38 @@ impl Server {
         let (stop, mut stopped) = watch::channel(false);
         let served = Arc::clone(&gateway);
         let header_timeout = gateway.config.header_read_timeout;
+        let slots = Arc::new(Semaphore::new(gateway.config.max_connections));
         let task = tokio::spawn(async move {
             loop {
+                // At the connection cap, stop accepting: new clients wait in the listen
+                // backlog while every open connection keeps being served.
+                let slot = tokio::select! {
+                    slot = Arc::clone(&slots).acquire_owned() => slot,
+                    _ = stopped.changed() => break,
+                };
+                let Ok(slot) = slot else { break };
                 let accepted = tokio::select! {
                     accepted = listener.accept() => accepted,
                     _ = stopped.changed() => break,
                 };
-                let Ok((stream, _)) = accepted else { continue };
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(e) => {
+                        // Out of file descriptors (or a similar resource): accepting again at
+                        // once would spin. Pause, and let closing connections free some.
+                        served.log.line(&crate::log::format_line(&[
+                            ("event", "accept_failed".into()),
+                            ("error", e.to_string()),
+                        ]));
+                        tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let gateway = Arc::clone(&served);
                 let mut stopped = stopped.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let service = service_fn(move |req| handle(Arc::clone(&gateway), req));
                     // Slow clients cannot hold a connection: the whole request head must
                     // arrive within the configured time, and may not exceed 64 KiB.

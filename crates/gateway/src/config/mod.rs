@@ -17,6 +17,9 @@ use policy::{PolicyFile, compile_policy};
 /// The default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
 
+/// The default cap on client connections served at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+
 /// The embedded default, used without a config file.
 pub const DEFAULT_CONFIG: &str = r#"
 listen = "127.0.0.1:8080"
@@ -69,6 +72,7 @@ struct ConfigFile {
     body_limit_bytes: Option<usize>,
     store_path: Option<String>,
     header_read_timeout_ms: Option<u64>,
+    max_connections: Option<usize>,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -213,6 +217,8 @@ pub struct Config {
     pub store_path: std::path::PathBuf,
     /// How long a client may take to send a request head.
     pub header_read_timeout: std::time::Duration,
+    /// The most client connections served at once; more wait to be accepted.
+    pub max_connections: usize,
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -507,6 +513,16 @@ pub fn load_with(
         Some(ms) => std::time::Duration::from_millis(ms),
         None => std::time::Duration::from_secs(10),
     };
+    let max_connections = match parsed.max_connections {
+        Some(0) => {
+            return Err(err(
+                Some("max_connections".into()),
+                "must be more than 0".into(),
+            ));
+        }
+        Some(n) => n,
+        None => DEFAULT_MAX_CONNECTIONS,
+    };
     Ok(Config {
         listen,
         gateway_keys,
@@ -514,6 +530,7 @@ pub fn load_with(
         routes,
         store_path,
         header_read_timeout,
+        max_connections,
     })
 }
 

@@ -1,6 +1,7 @@
 //! The front door: limits, malformed input, gateway keys, metrics, logs and secrets (G5, G6).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use rebound_chaos::Chaos;
 use rebound_core::Catalogue;
@@ -348,4 +349,55 @@ async fn a_key_the_upstream_echoes_never_reaches_the_client() {
         "{text}"
     );
     assert!(!g.log.lines().join("\n").contains("GatewayCanary"));
+}
+
+#[tokio::test]
+async fn at_the_connection_cap_new_clients_wait_and_open_ones_keep_being_served() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let chaos = chaos("ok").await;
+    let g = gateway(&format!("max_connections = 2\n{SIMPLE}"), &chaos).await;
+    let addr = g.server.addr();
+    let body = openai_body(false);
+    let request = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    async fn answer(stream: &mut tokio::net::TcpStream, request: &str) -> String {
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut buffer = vec![0u8; 64 << 10];
+        let n = stream.read(&mut buffer).await.unwrap();
+        String::from_utf8_lossy(&buffer[..n]).into_owned()
+    }
+    let mut first = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(addr).await.unwrap();
+    assert!(
+        answer(&mut first, &request)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    assert!(
+        answer(&mut second, &request)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+
+    // A third client is not served while two connections are open …
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    third.write_all(request.as_bytes()).await.unwrap();
+    let mut buffer = vec![0u8; 64 << 10];
+    let waited = tokio::time::timeout(Duration::from_millis(300), third.read(&mut buffer)).await;
+    assert!(waited.is_err(), "served beyond the cap");
+    // … the open ones still are …
+    assert!(
+        answer(&mut second, &request)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+    // … and it is, once one closes.
+    drop(first);
+    let n = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buffer))
+        .await
+        .expect("served after a slot freed")
+        .unwrap();
+    assert!(String::from_utf8_lossy(&buffer[..n]).starts_with("HTTP/1.1 200"));
 }
