@@ -34,8 +34,9 @@ struct Submit {
     protocol: String,
     /// The route to use; by default the one the request's model selects.
     route: Option<String>,
-    /// The request body, as the provider's API takes it. Jobs do not stream.
-    request: Value,
+    /// The request body, as the provider's API takes it, kept byte for byte. Jobs do not
+    /// stream.
+    request: Box<serde_json::value::RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -97,8 +98,9 @@ pub struct Submission {
     pub route: Option<String>,
     /// The request's model.
     pub model: String,
-    /// The request body, a JSON object that does not stream.
-    pub request: Value,
+    /// The request body exactly as submitted (a JSON object that does not stream): stored
+    /// and sent byte for byte, never re-serialised (numbers, key order and spacing kept).
+    pub request: String,
 }
 
 /// Checks a job submission body; the error is the one line the client gets with its 400.
@@ -123,20 +125,24 @@ pub fn parse_submission(body: &[u8]) -> Result<Submission, String> {
             ));
         }
     };
-    if !submit.request.is_object() {
+    let request = submit.request.get();
+    if !request.starts_with('{') {
         return Err("rebound: `request` must be a JSON object, the provider's request body".into());
     }
-    if submit.request.get("stream").and_then(Value::as_bool) == Some(true) {
+    let peeked = crate::body::peek(request.as_bytes()).map_err(|_| {
+        "rebound: the request's `model` must be a string and `stream` a boolean".to_owned()
+    })?;
+    if peeked.stream == Some(true) {
         return Err("rebound: jobs do not stream; leave out `stream` or set it to false".into());
     }
-    let Some(model) = submit.request.get("model").and_then(Value::as_str) else {
+    let Some(model) = peeked.model else {
         return Err("rebound: the request needs a `model`".into());
     };
     Ok(Submission {
         protocol,
         route: submit.route,
-        model: model.to_owned(),
-        request: submit.request,
+        model: model.into_owned(),
+        request: request.to_owned(),
     })
 }
 
@@ -193,7 +199,7 @@ fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Bo
         route_id: route.id.clone(),
         candidates: route.candidates.iter().map(|c| c.id.clone()).collect(),
         policies: serde_json::to_value(policies).unwrap_or(Value::Null),
-        request: submit.request.to_string().into_bytes(),
+        request: submit.request.into_bytes(),
     };
     match jobs.store.create(new, now_ms(gateway)) {
         Ok(job) => {
@@ -323,4 +329,35 @@ fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
         HeaderValue::from_static("text/event-stream"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_submission;
+
+    #[test]
+    fn fuzz_found_job_requests_are_kept_byte_for_byte() {
+        // From the `jobs_body` fuzz target: a 27-digit integer came back as
+        // 6.0000000000000006e26 because the request was stored re-serialised. Key order and
+        // spacing changed too. It is now stored exactly as submitted.
+        let request = r#"{"stream":false, "model":"claude-x","max_tokens":600000000000000001295671121,"messages":[{"role":"user","content":"hi"}]}"#;
+        let body = format!(r#"{{"protocol":"anthropic","route":"claude","request": {request} }}"#);
+        let submission = parse_submission(body.as_bytes()).unwrap();
+        assert_eq!(submission.request, request);
+        assert_eq!(submission.model, "claude-x");
+    }
+
+    #[test]
+    fn a_request_must_be_an_object_with_a_string_model_that_does_not_stream() {
+        for (request, says) in [
+            ("[1, 2]", "must be a JSON object"),
+            (r#"{"model": 5}"#, "must be a string"),
+            (r#"{"model": "m", "stream": true}"#, "do not stream"),
+            (r#"{"messages": []}"#, "needs a `model`"),
+        ] {
+            let body = format!(r#"{{"protocol": "openai", "request": {request}}}"#);
+            let error = parse_submission(body.as_bytes()).unwrap_err();
+            assert!(error.contains(says), "{request}: {error}");
+        }
+    }
 }
