@@ -197,14 +197,18 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Opens `n` streams through the gateway whose upstream stalls after one chunk; returns how
-/// many opened, the gateway's RSS growth and the upstream's, in KiB.
-async fn idle_streams(
-    gateway: SocketAddr,
-    gateway_pid: u32,
-    upstream_pid: u32,
-    n: usize,
-) -> (usize, u64, u64) {
+/// What holding idle streams cost.
+struct Held {
+    open: usize,
+    growth_kib: u64,
+    upstream_kib: u64,
+    /// Latency of other clients' requests while the streams are held.
+    others: Vec<Duration>,
+}
+
+/// Opens `n` streams through the gateway whose upstream stalls after one chunk, and meanwhile
+/// times other clients' requests (one every 5 ms for a second).
+async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, n: usize) -> Held {
     let before = rss_kib(gateway_pid);
     let upstream_before = rss_kib(upstream_pid);
     let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
@@ -241,16 +245,18 @@ async fn idle_streams(
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(gateway_pid);
     let upstream_after = rss_kib(upstream_pid);
+    let others = fixed_rate(gateway, false, 200, 1).await;
     for task in held {
         task.abort();
     }
     // Let the proxy see the streams close before the next measurement.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    (
+    Held {
         open,
-        after.saturating_sub(before),
-        upstream_after.saturating_sub(upstream_before),
-    )
+        growth_kib: after.saturating_sub(before),
+        upstream_kib: upstream_after.saturating_sub(upstream_before),
+        others,
+    }
 }
 
 fn ms(d: Duration) -> String {
@@ -309,9 +315,10 @@ fn main() {
             "\nidle streams: {streams} streaming requests held open (the upstream stalls after one chunk)"
         );
         println!(
-            "  {:<34} {:>8} {:>14} {:>16}",
-            "path", "open", "memory growth", "KiB per stream"
+            "  {:<34} {:>8} {:>14} {:>16} {:>12} {:>12}",
+            "path", "open", "memory growth", "KiB per stream", "others p50", "others p99"
         );
+        println!("  (others: 200 requests/s from another client while the streams are held open)");
         let chaos_pid = chaos_proc.0.id();
         idle(
             &runtime,
@@ -473,12 +480,15 @@ fn idle(
         let response = client.send(set).await.unwrap();
         let _ = response.into_body().collect().await;
     });
-    let (open, growth_kib, upstream_kib) =
-        runtime.block_on(idle_streams(proxy, proxy_pid, chaos_pid, streams));
+    let held = runtime.block_on(idle_streams(proxy, proxy_pid, chaos_pid, streams));
+    let open = held.open.max(1) as f64;
     println!(
-        "  {label:<34} {open:>8} {:>10.1} MiB {:>16.1}   (upstream chaos: {:.1} KiB per stream)",
-        growth_kib as f64 / 1024.0,
-        growth_kib as f64 / open.max(1) as f64,
-        upstream_kib as f64 / open.max(1) as f64
+        "  {label:<34} {:>8} {:>10.1} MiB {:>16.1} {:>12} {:>12}   (upstream chaos: {:.1} KiB per stream)",
+        held.open,
+        held.growth_kib as f64 / 1024.0,
+        held.growth_kib as f64 / open,
+        ms(percentile(&held.others, 0.5)),
+        ms(percentile(&held.others, 0.99)),
+        held.upstream_kib as f64 / open,
     );
 }

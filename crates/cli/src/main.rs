@@ -7,6 +7,7 @@ mod chaos;
 mod classify;
 mod demo;
 mod jobs;
+mod limits;
 mod serve;
 
 use std::io::Write;

@@ -54,8 +54,19 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         upstream_http2: args.upstream_http2,
     };
     let catalogue = crate::classify::load_catalogue(args.catalogue.as_deref())?;
-    let config = load_with(&name, &text, &overrides, &ProcessEnv, Some(&catalogue))
+    let mut config = load_with(&name, &text, &overrides, &ProcessEnv, Some(&catalogue))
         .map_err(|e| bad_input(e.to_string()))?;
+    let open_files = crate::limits::raise_open_files();
+    if config.max_connections.is_none()
+        && let Some(open_files) = open_files
+    {
+        config.max_connections = Some(config.connections_for_open_files(open_files));
+    }
+    let connections = format!(
+        "  connections         up to {} at once (open files limit {})",
+        config.connection_cap(),
+        open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
+    );
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -92,7 +103,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n{}",
+            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n{connections}\n{}",
             resumed.due.len(),
             resumed.action_required.len(),
             store_path.display(),

@@ -118,7 +118,7 @@ impl Server {
         let (stop, mut stopped) = watch::channel(false);
         let served = Arc::clone(&gateway);
         let header_timeout = gateway.config.header_read_timeout;
-        let slots = Arc::new(Semaphore::new(gateway.config.max_connections));
+        let slots = Arc::new(Semaphore::new(gateway.config.connection_cap()));
         let task = tokio::spawn(async move {
             loop {
                 // At the connection cap, stop accepting: new clients wait in the listen

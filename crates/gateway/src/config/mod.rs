@@ -217,8 +217,10 @@ pub struct Config {
     pub store_path: std::path::PathBuf,
     /// How long a client may take to send a request head.
     pub header_read_timeout: std::time::Duration,
-    /// The most client connections served at once; more wait to be accepted.
-    pub max_connections: usize,
+    /// The most client connections served at once; more wait to be accepted. `None` (not
+    /// configured): [`DEFAULT_MAX_CONNECTIONS`], or what the process's open-files limit allows
+    /// when the caller knows it (see [`Config::connections_for_open_files`]).
+    pub max_connections: Option<usize>,
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -520,8 +522,8 @@ pub fn load_with(
                 "must be more than 0".into(),
             ));
         }
-        Some(n) => n,
-        None => DEFAULT_MAX_CONNECTIONS,
+        Some(n) => Some(n),
+        None => None,
     };
     Ok(Config {
         listen,
@@ -559,6 +561,26 @@ fn field_in(message: &str) -> Option<String> {
 }
 
 impl Config {
+    /// How many client connections `open_files` file descriptors can serve: each takes one,
+    /// plus one upstream connection unless every candidate speaks HTTP/2 (whose connections
+    /// are shared), with 64 kept for the listener, the database and upstream HTTP/2.
+    pub fn connections_for_open_files(&self, open_files: u64) -> usize {
+        let all_http2 = self
+            .routes
+            .iter()
+            .flat_map(|r| r.candidates.iter())
+            .all(|c| c.http2);
+        let per_connection = if all_http2 { 1 } else { 2 };
+        usize::try_from(open_files.saturating_sub(64) / per_connection)
+            .unwrap_or(usize::MAX)
+            .max(1)
+    }
+
+    /// The connection cap in force: configured, else the default.
+    pub fn connection_cap(&self) -> usize {
+        self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)
+    }
+
     /// The route for `model` on `protocol`, with only that protocol's candidates.
     pub fn route(&self, model: &str, protocol: Protocol) -> Option<Route> {
         self.routes.iter().find_map(|route| {
