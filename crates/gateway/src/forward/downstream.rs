@@ -4,7 +4,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Frame;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
+
+use super::pipe;
 
 use crate::server::Body;
 
@@ -17,7 +19,7 @@ pub(crate) struct Head {
 }
 
 impl Head {
-    pub(crate) fn into_response(self, rx: mpsc::Receiver<Bytes>) -> Response<Body> {
+    pub(crate) fn into_response(self, rx: pipe::Receiver) -> Response<Body> {
         let mut response = match self.body {
             Some(bytes) => Response::new(Full::new(bytes).map_err(|never| match never {}).boxed()),
             None => Response::new(BodyExt::boxed(ChannelBody(rx))),
@@ -28,12 +30,11 @@ impl Head {
     }
 }
 
-/// A response body fed by a channel of data chunks (small slots: an idle stream holds one
-/// channel).
-pub(crate) struct ChannelBody(mpsc::Receiver<Bytes>);
+/// A response body fed by the forwarder through a [`pipe`].
+pub(crate) struct ChannelBody(pipe::Receiver);
 
 impl ChannelBody {
-    pub(crate) fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+    pub(crate) fn new(rx: pipe::Receiver) -> Self {
         ChannelBody(rx)
     }
 }
@@ -55,7 +56,7 @@ impl hyper::body::Body for ChannelBody {
 /// The client side: the head goes once, then body frames.
 pub(crate) struct Downstream {
     pub(crate) head: Option<oneshot::Sender<Head>>,
-    pub(crate) body: mpsc::Sender<Bytes>,
+    pub(crate) body: pipe::Sender,
 }
 
 impl Downstream {
@@ -69,7 +70,7 @@ impl Downstream {
 
     /// Sends body bytes; `false` when the client went away.
     pub(crate) async fn send(&mut self, bytes: Bytes) -> bool {
-        bytes.is_empty() || self.body.send(bytes).await.is_ok()
+        bytes.is_empty() || self.body.send(bytes).await
     }
 
     /// Completes when the client has gone away.

@@ -8,6 +8,7 @@
 //! client asked for `x-rebound-replay: restart`.
 
 mod downstream;
+pub(crate) mod pipe;
 mod upstream;
 
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use rebound_core::{
     Action, Caller, Diagnostics, Failure, RetryStatus, Safety, TransportKind, Turn,
 };
 use rebound_runtime::Protocol;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 pub(crate) use downstream::{ChannelBody, Downstream, Head};
 pub(crate) use upstream::relayable;
@@ -84,7 +85,7 @@ fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &str, rout
 }
 
 /// Runs a job to its one response.
-pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: mpsc::Sender<Bytes>) {
+pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: pipe::Sender) {
     let mut down = Downstream {
         head: Some(head),
         body,
@@ -486,10 +487,10 @@ mod tests {
             restart: false,
         };
         let (head, _) = tokio::sync::oneshot::channel();
-        let (body, _) = tokio::sync::mpsc::channel(1);
+        let (body, _) = super::pipe::pipe();
         let run = std::mem::size_of_val(&super::run(job(), head, body));
         let (head, _) = tokio::sync::oneshot::channel();
-        let (body, _) = tokio::sync::mpsc::channel(1);
+        let (body, _) = super::pipe::pipe();
         let mut down = super::Downstream {
             head: Some(head),
             body,

@@ -292,17 +292,13 @@ fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
         .entry(id.to_owned())
         .or_insert_with(|| broadcast::channel(64).0)
         .subscribe();
-    let (tx, body_rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let (tx, body_rx) = crate::forward::pipe::pipe();
     let first = summary(&job, None).to_string();
     let done = job.state.is_final() || job.state == JobState::ActionRequired;
     tokio::spawn(async move {
-        let send = |data: String| {
-            let tx = tx.clone();
-            async move {
-                tx.send(Bytes::from(format!("event: state\ndata: {data}\n\n")))
-                    .await
-                    .is_ok()
-            }
+        let send = async |data: String| {
+            tx.send(Bytes::from(format!("event: state\ndata: {data}\n\n")))
+                .await
         };
         if !send(first).await || done {
             return;
