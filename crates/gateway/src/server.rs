@@ -426,13 +426,8 @@ async fn model_request(
         .headers
         .get("x-rebound-replay")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"restart"));
-    let (head_tx, mut head_rx) = oneshot::channel::<Head>();
+    let (head_tx, head_rx) = oneshot::channel::<Head>();
     let (body_tx, body_rx) = forward::pipe::pipe();
-    let protocol_name = match protocol {
-        Protocol::OpenAi => "openai",
-        Protocol::Anthropic => "anthropic",
-    };
-    let metrics_of = Arc::clone(&gateway);
     let job = forward::Job {
         gateway,
         protocol,
@@ -443,27 +438,6 @@ async fn model_request(
         restart,
     };
     drop(parts);
-    if !stream {
-        // A whole answer: the forwarder runs inside this connection's task, one task switch
-        // less each way. A client that leaves drops it here, mid-wait or mid-attempt, and
-        // with it the upstream request.
-        let unfinished = Unfinished {
-            gateway: &metrics_of,
-            protocol: protocol_name,
-            armed: true,
-        };
-        forward::run(job, head_tx, body_tx).await;
-        unfinished.disarm();
-        return match head_rx.try_recv() {
-            Ok(head) => head.into_response(body_rx),
-            Err(_) => error(
-                protocol,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "api_error",
-                "rebound: the request was dropped",
-            ),
-        };
-    }
     tokio::spawn(forward::run(job, head_tx, body_tx));
     match head_rx.await {
         Ok(head) => head.into_response(body_rx),
@@ -473,27 +447,6 @@ async fn model_request(
             "api_error",
             "rebound: the request was dropped",
         ),
-    }
-}
-
-/// Counts a request whose inline forwarder was dropped before it ended: the client went away.
-struct Unfinished<'a> {
-    gateway: &'a Gateway,
-    protocol: &'static str,
-    armed: bool,
-}
-
-impl Unfinished<'_> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for Unfinished<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.gateway.metrics.request(self.protocol, "client_gone");
-        }
     }
 }
 
