@@ -8,7 +8,7 @@ use http_body_util::BodyExt;
 use rebound_core::policy::document::PolicyDocument;
 use rebound_core::{Caller, Turn};
 use rebound_runtime::Protocol;
-use rebound_store::{JobState, NewJob, StoreError};
+use rebound_store::{JobRecord, JobState, NewJob, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -64,26 +64,32 @@ pub(crate) async fn handle(
         .trim_start_matches('/');
     let parts: Vec<&str> = rest.split('/').filter(|p| !p.is_empty()).collect();
     match (method.as_str(), parts.as_slice()) {
-        ("POST", []) => submit(&gateway, jobs, &body),
-        ("GET", []) => match jobs.store.list(100) {
+        ("POST", []) => submit(&gateway, jobs, &body).await,
+        ("GET", []) => match jobs.off_thread(|store| store.list(100)).await {
             Ok(list) => json_response(
                 StatusCode::OK,
                 &json!({"jobs": list.iter().map(|j| summary(j, None)).collect::<Vec<_>>()}),
             ),
             Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
         },
-        ("GET", [id]) => match (jobs.store.get(id), jobs.store.attempts(id)) {
-            (Ok(job), Ok(attempts)) => {
-                json_response(StatusCode::OK, &summary(&job, Some(&attempts)))
+        ("GET", [id]) => {
+            let read = (*id).to_owned();
+            let found = jobs
+                .off_thread(move |store| Ok((store.get(&read)?, store.attempts(&read)?)))
+                .await;
+            match found {
+                Ok((job, attempts)) => {
+                    json_response(StatusCode::OK, &summary(&job, Some(&attempts)))
+                }
+                Err(StoreError::NotFound(_)) => {
+                    problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"))
+                }
+                Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
-            (Err(StoreError::NotFound(_)), _) => {
-                problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"))
-            }
-            (Err(e), _) | (_, Err(e)) => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
-        },
-        ("GET", [id, "events"]) => events(jobs, id),
+        }
+        ("GET", [id, "events"]) => events(jobs, id).await,
         ("POST", [id, action @ ("retry" | "skip" | "stop")]) => {
-            manual(&gateway, jobs, id, action, &body)
+            manual(&gateway, jobs, id, action, &body).await
         }
         _ => problem(StatusCode::NOT_FOUND, "rebound: unknown jobs endpoint"),
     }
@@ -156,7 +162,7 @@ pub fn parse_manual_action(body: &[u8]) -> Result<u64, String> {
         })
 }
 
-fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Body> {
+async fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Body> {
     let submit = match parse_submission(body) {
         Ok(submit) => submit,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
@@ -201,7 +207,8 @@ fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Bo
         policies: serde_json::to_value(policies).unwrap_or(Value::Null),
         request: submit.request.into_bytes(),
     };
-    match jobs.store.create(new, now_ms(gateway)) {
+    let now = now_ms(gateway);
+    match jobs.off_thread(move |store| store.create(new, now)).await {
         Ok(job) => {
             spawn_driver(gateway, job.id.clone());
             json_response(StatusCode::ACCEPTED, &summary(&job, None))
@@ -210,7 +217,40 @@ fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Response<Bo
     }
 }
 
-fn manual(
+/// A manual action on a job record; `Some(reason)` when the action is refused.
+fn apply_manual(job: &mut JobRecord, action: &str, gateway: &Gateway) -> Option<String> {
+    let mut turn = Turn::restore(policies_of(job, gateway), Caller::Session, &job.turn);
+    match action {
+        "stop" => {
+            job.state = JobState::Stopped;
+            job.deadline_ms = None;
+        }
+        _ if job.state == JobState::Succeeded => return Some("the job succeeded".into()),
+        "retry" => {
+            turn.begin_manual_attempt();
+            job.state = JobState::Pending;
+            job.deadline_ms = None;
+            job.pending_outcome = Some("manual_retry".into());
+        }
+        _ => {
+            if turn.skip() {
+                job.state = JobState::Pending;
+                job.pending_outcome = Some("manual_skip".into());
+            } else {
+                job.state = JobState::Failed;
+                job.error = Some(json!({
+                    "reason": "route_ended",
+                    "message": "skipped past the last candidate",
+                }));
+            }
+            job.deadline_ms = None;
+        }
+    }
+    job.turn = turn.snapshot();
+    None
+}
+
+async fn manual(
     gateway: &Arc<Gateway>,
     jobs: &Jobs,
     id: &str,
@@ -221,36 +261,26 @@ fn manual(
         Ok(generation) => generation,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
-    let mut refused: Option<String> = None;
-    let result = jobs.store.transition(id, generation, now_ms(gateway), &mut |job| {
-        let mut turn = Turn::restore(policies_of(job, gateway), Caller::Session, &job.turn);
-        match action {
-            "stop" => {
-                job.state = JobState::Stopped;
-                job.deadline_ms = None;
-            }
-            "retry" if job.state == JobState::Succeeded => refused = Some("the job succeeded".into()),
-            "retry" => {
-                turn.begin_manual_attempt();
-                job.state = JobState::Pending;
-                job.deadline_ms = None;
-                job.pending_outcome = Some("manual_retry".into());
-            }
-            _ if job.state == JobState::Succeeded => refused = Some("the job succeeded".into()),
-            _ => {
-                if turn.skip() {
-                    job.state = JobState::Pending;
-                    job.pending_outcome = Some("manual_skip".into());
-                } else {
-                    job.state = JobState::Failed;
-                    job.error = Some(json!({"reason": "route_ended", "message": "skipped past the last candidate"}));
-                }
-                job.deadline_ms = None;
-            }
-        }
-        job.turn = turn.snapshot();
-        vec![]
-    });
+    let (target, at, act, owner) = (
+        id.to_owned(),
+        now_ms(gateway),
+        action.to_owned(),
+        Arc::clone(gateway),
+    );
+    let decided = jobs
+        .off_thread(move |store| {
+            let mut refused: Option<String> = None;
+            let result = store.transition(&target, generation, at, &mut |job| {
+                refused = apply_manual(job, &act, &owner);
+                vec![]
+            });
+            Ok((result, refused))
+        })
+        .await;
+    let (result, refused) = match decided {
+        Ok(decided) => decided,
+        Err(e) => (Err(e), None),
+    };
     if let Some(reason) = refused {
         return problem(
             StatusCode::CONFLICT,
@@ -277,8 +307,9 @@ fn manual(
     }
 }
 
-fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
-    let job = match jobs.store.get(id) {
+async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
+    let read = id.to_owned();
+    let job = match jobs.off_thread(move |store| store.get(&read)).await {
         Ok(job) => job,
         Err(StoreError::NotFound(_)) => {
             return problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"));

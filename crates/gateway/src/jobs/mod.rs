@@ -57,6 +57,19 @@ impl Jobs {
         &self.store
     }
 
+    /// Runs store work on the blocking pool. SQLite waits for the disk on every commit
+    /// (`synchronous=FULL`), and the gateway's async thread meanwhile serves every live
+    /// request and stream: it must never wait for a disk.
+    async fn off_thread<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&dyn RouteStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || work(store.as_ref()))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Database(format!("a store call failed: {e}"))))
+    }
+
     fn publish(&self, job: &JobRecord) {
         let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = events.get(&job.id) {
@@ -147,7 +160,8 @@ pub async fn resume(gateway: &Arc<Gateway>) -> Result<rebound_store::Reconciliat
     let Some(jobs) = gateway.jobs.as_ref() else {
         return Ok(rebound_store::Reconciliation::default());
     };
-    let reconciled = jobs.store.reconcile(now_ms(gateway))?;
+    let now = now_ms(gateway);
+    let reconciled = jobs.off_thread(move |store| store.reconcile(now)).await?;
     for (id, _, _) in &reconciled.due {
         spawn_driver(gateway, id.clone());
     }

@@ -380,3 +380,91 @@ async fn a_key_the_upstream_echoes_never_reaches_a_job_record() {
         "the provider key reached a job record:\n{everything}"
     );
 }
+
+/// A store whose every write takes as long as a slow disk's fsync.
+struct SlowDisk(SqliteStore);
+
+const FSYNC: Duration = Duration::from_millis(400);
+
+impl RouteStore for SlowDisk {
+    fn create(
+        &self,
+        job: rebound_store::NewJob,
+        now_ms: u64,
+    ) -> Result<rebound_store::JobRecord, rebound_store::StoreError> {
+        std::thread::sleep(FSYNC);
+        self.0.create(job, now_ms)
+    }
+    fn get(&self, id: &str) -> Result<rebound_store::JobRecord, rebound_store::StoreError> {
+        self.0.get(id)
+    }
+    fn list(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<rebound_store::JobRecord>, rebound_store::StoreError> {
+        self.0.list(limit)
+    }
+    fn attempts(
+        &self,
+        id: &str,
+    ) -> Result<Vec<rebound_store::AttemptRecord>, rebound_store::StoreError> {
+        self.0.attempts(id)
+    }
+    fn transition(
+        &self,
+        id: &str,
+        expected_generation: u64,
+        now_ms: u64,
+        change: &mut dyn FnMut(&mut rebound_store::JobRecord) -> Vec<rebound_store::AttemptOp>,
+    ) -> Result<rebound_store::JobRecord, rebound_store::StoreError> {
+        std::thread::sleep(FSYNC);
+        self.0.transition(id, expected_generation, now_ms, change)
+    }
+    fn reconcile(
+        &self,
+        now_ms: u64,
+    ) -> Result<rebound_store::Reconciliation, rebound_store::StoreError> {
+        self.0.reconcile(now_ms)
+    }
+}
+
+#[tokio::test]
+async fn a_slow_disk_under_jobs_never_stalls_live_requests() {
+    // One async thread (this test's runtime), as `rebound serve` runs: a store write that
+    // blocked it would hold every live request behind the disk.
+    let upstream = upstream("ok").await;
+    let config = two_candidates(&upstream, &upstream);
+    let config = load("test.toml", &config, &Overrides::default(), &[("X", "y")]).unwrap();
+    let gateway = Gateway::new(
+        config,
+        HttpClient::new(timeouts()).unwrap(),
+        Arc::new(Catalogue::shipped().unwrap()),
+    )
+    .with_log(Arc::new(NoLog))
+    .with_jobs(Arc::new(SlowDisk(SqliteStore::in_memory().unwrap())));
+    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let addr = server.addr();
+    let submitting =
+        tokio::spawn(
+            async move { send(addr, "POST", "/v1/rebound/jobs", &[JSON], &job_body()).await },
+        );
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = std::time::Instant::now();
+    let live = send(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &crate::openai_body(false),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(live.status, 200, "{}", live.text());
+    assert!(
+        took < FSYNC / 2,
+        "a live request waited {took:?} behind the job store"
+    );
+    assert_eq!(submitting.await.unwrap().status, 202);
+}
