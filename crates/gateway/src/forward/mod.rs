@@ -9,6 +9,7 @@
 
 mod downstream;
 pub(crate) mod pipe;
+mod relay;
 mod upstream;
 
 use std::sync::Arc;

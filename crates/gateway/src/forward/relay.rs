@@ -1,0 +1,297 @@
+//! Relaying a stream: the upstream's bytes are held back until the commit point (the first
+//! content-bearing event), then forwarded whole events at a time, untouched.
+//!
+//! What a chunk of upstream bytes means is decided synchronously ([`Relay::chunk`]); the relay
+//! loop only waits for bytes and hands them on. An open stream's state is then the small
+//! [`Relay`] and one pending read, whatever the chunk held.
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use rebound_core::{Evidence, Phase, TransportKind};
+use rebound_runtime::Protocol;
+use rebound_runtime::http::{TransportFailure, body_failure};
+use rebound_runtime::provider::{StreamItem, stream_items};
+use rebound_runtime::sse::{SseEvent, SseFramer};
+
+use super::Job;
+use super::downstream::{Downstream, Head};
+use super::upstream::{Attempt, FailedAttempt};
+
+/// Relays one streaming attempt to the client.
+pub(super) async fn relay(
+    job: &Job,
+    mut relay: Relay,
+    body: &mut Incoming,
+    down: &mut Downstream,
+) -> Attempt {
+    // The relay state comes built: a parameter is kept for the whole stream, and building it
+    // here from its parts would keep both.
+    let idle = job.gateway.client.timeouts().idle;
+    loop {
+        let frame = tokio::select! {
+            biased;
+            () = down.gone() => return Attempt::ClientGone,
+            frame = tokio::time::timeout(idle, body.frame()) => frame,
+        };
+        let data = match frame {
+            Err(_) => {
+                return relay.failed(TransportFailure {
+                    kind: TransportKind::IdleTimeout,
+                    message: format!("no stream event for {} s", idle.as_secs_f64()),
+                });
+            }
+            Ok(None) => {
+                return relay.failed(TransportFailure {
+                    kind: TransportKind::Truncated,
+                    message: "the stream ended before its final event".into(),
+                });
+            }
+            Ok(Some(Err(e))) => return relay.failed(body_failure(&e)),
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+        };
+        // Only the bytes to send stay alive across the awaits below, not the whole step.
+        let Step { commit, send, end } = relay.chunk(&data);
+        if let Some(headers) = commit
+            && !down.committed()
+            && !down.respond(Head {
+                status: relay.status,
+                headers,
+                body: None,
+            })
+        {
+            return Attempt::ClientGone;
+        }
+        for bytes in send.into_iter().flatten() {
+            if !down.send(bytes).await {
+                return Attempt::ClientGone;
+            }
+        }
+        if let Some(end) = end {
+            return *end;
+        }
+    }
+}
+
+/// A stream's relay state.
+pub(super) struct Relay {
+    protocol: Protocol,
+    restart: bool,
+    status: StatusCode,
+    /// The response headers, until the commit point sends them.
+    headers: Option<HeaderMap>,
+    framer: SseFramer,
+    /// Bytes received and not yet forwarded.
+    pending: BytesMut,
+    /// The stream offset of `pending`'s first byte.
+    pending_base: u64,
+    /// The commit point has passed.
+    content_seen: bool,
+    base: Evidence,
+}
+
+/// What one chunk asks for, in order: commit the response, send bytes, end the attempt.
+#[derive(Default)]
+struct Step {
+    commit: Option<HeaderMap>,
+    send: [Option<Bytes>; 2],
+    /// Boxed: it is rare, and it stays alive while the bytes before it are sent.
+    end: Option<Box<Attempt>>,
+}
+
+impl Relay {
+    pub(super) fn new(
+        protocol: Protocol,
+        restart: bool,
+        status: StatusCode,
+        mut headers: HeaderMap,
+        base: Evidence,
+    ) -> Self {
+        headers.remove(http::header::CONTENT_LENGTH);
+        Relay {
+            protocol,
+            restart,
+            status,
+            headers: Some(headers),
+            framer: SseFramer::new(),
+            pending: BytesMut::new(),
+            pending_base: 0,
+            content_seen: false,
+            base,
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        if self.content_seen {
+            Phase::Stream
+        } else {
+            Phase::Setup
+        }
+    }
+
+    /// A failure below the protocol, in the stream's current phase.
+    fn failed(&self, failure: TransportFailure) -> Attempt {
+        Attempt::Failed(FailedAttempt {
+            evidence: Evidence {
+                transport: Some(failure.kind),
+                body: Some(failure.message),
+                phase: self.phase(),
+                ..self.base.clone()
+            },
+            delivered: self.content_seen,
+            error_forwarded: false,
+            upstream_error: None,
+        })
+    }
+
+    /// `pending` up to the stream offset `upto`, taken for the client.
+    fn take_pending(&mut self, upto: u64) -> Bytes {
+        let upto = usize::try_from(upto - self.pending_base)
+            .unwrap_or(0)
+            .min(self.pending.len());
+        self.pending_base += upto as u64;
+        self.pending.split_to(upto).freeze()
+    }
+
+    /// What a chunk of upstream bytes means for the client.
+    fn chunk(&mut self, data: &[u8]) -> Step {
+        let mut step = Step::default();
+        self.pending.extend_from_slice(data);
+        let events = match self.framer.push(data) {
+            Ok(events) => events,
+            Err(e) => {
+                step.end = Some(Box::new(self.failed(TransportFailure {
+                    kind: TransportKind::BodyDecode,
+                    message: e.to_string(),
+                })));
+                return step;
+            }
+        };
+        // Whole events after the commit point are forwarded; earlier ones are held back.
+        let mut forward_to: Option<u64> = None;
+        let mut done = false;
+        for event in events {
+            for item in stream_items(self.protocol, &event.event, &event.data) {
+                if item.is_content() && !self.content_seen {
+                    self.content_seen = true;
+                    step.commit = self.headers.take();
+                }
+                match item {
+                    StreamItem::Error { kind } => {
+                        self.on_error(&mut step, forward_to, &event, kind);
+                        return step;
+                    }
+                    StreamItem::Malformed => {
+                        step.end = Some(Box::new(self.failed(TransportFailure {
+                            kind: TransportKind::BodyDecode,
+                            message: "an SSE event's data is not the protocol's JSON".into(),
+                        })));
+                        return step;
+                    }
+                    StreamItem::Done => done = true,
+                    _ => {}
+                }
+            }
+            if self.content_seen {
+                forward_to = Some(event.end);
+            }
+        }
+        if done {
+            step.end = Some(Box::new(if self.content_seen {
+                step.send[0] = Some(self.pending.split().freeze());
+                Attempt::Delivered
+            } else {
+                // A complete stream without content: empty, and not yet shown to anyone.
+                Attempt::Failed(FailedAttempt {
+                    evidence: Evidence {
+                        status: Some(self.status.as_u16()),
+                        body: Some(String::new()),
+                        ..self.base.clone()
+                    },
+                    delivered: false,
+                    error_forwarded: false,
+                    upstream_error: None,
+                })
+            }));
+            return step;
+        }
+        if let Some(upto) = forward_to {
+            step.send[0] = Some(self.take_pending(upto));
+        }
+        step
+    }
+
+    /// The provider's own error event: earlier whole events of the chunk go as they came, and
+    /// after the commit point (unless the client asked for a restart) the error event itself,
+    /// with its strings redacted: it may echo a key.
+    fn on_error(
+        &mut self,
+        step: &mut Step,
+        forward_to: Option<u64>,
+        event: &SseEvent,
+        kind: String,
+    ) {
+        let forwarded = self.content_seen && !self.restart;
+        if let Some(upto) = forward_to {
+            step.send[0] = Some(self.take_pending(upto));
+        }
+        if forwarded {
+            step.send[1] = Some(redacted_event(event));
+        }
+        step.end = Some(Box::new(Attempt::Failed(FailedAttempt {
+            evidence: Evidence {
+                status: Some(self.status.as_u16()),
+                sse_event: Some(kind),
+                body: Some(event.data.clone()),
+                phase: self.phase(),
+                ..self.base.clone()
+            },
+            delivered: self.content_seen,
+            error_forwarded: forwarded,
+            upstream_error: None,
+        })));
+    }
+}
+
+/// An SSE event re-written with every string of its JSON data redacted.
+fn redacted_event(event: &SseEvent) -> Bytes {
+    let data = match serde_json::from_str::<serde_json::Value>(&event.data) {
+        Ok(mut value) => {
+            crate::shape::redact_json(&mut value);
+            value.to_string()
+        }
+        Err(_) => rebound_core::redact::redact(&event.data).into_owned(),
+    };
+    Bytes::from(if event.event.is_empty() {
+        format!("data: {data}\n\n")
+    } else {
+        format!("event: {}\ndata: {data}\n\n", event.event)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rebound_runtime::sse::SseEvent;
+
+    use super::redacted_event;
+
+    #[test]
+    fn a_forwarded_error_event_loses_echoed_keys_and_keeps_its_shape() {
+        let event = SseEvent {
+            event: "error".into(),
+            data: r#"{"type":"error","error":{"type":"authentication_error","message":"key sk-ant-api03-EchoedCanary0123456789 rejected"}}"#.into(),
+            end: 0,
+        };
+        let out = String::from_utf8(redacted_event(&event).to_vec()).unwrap();
+        assert!(!out.contains("EchoedCanary"), "{out}");
+        assert!(out.starts_with("event: error\ndata: {"), "{out}");
+        let data: serde_json::Value =
+            serde_json::from_str(out.trim_end().strip_prefix("event: error\ndata: ").unwrap())
+                .unwrap();
+        assert_eq!(data["error"]["type"], "authentication_error");
+    }
+}
