@@ -9,6 +9,26 @@ use std::time::Duration;
 /// Upper bounds of the wait histogram, in seconds.
 const WAIT_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0];
 
+/// Counts one more for `key`, allocating only for a key never seen before.
+fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
+    match map.get_mut(key) {
+        Some(n) => *n += 1,
+        None => {
+            map.insert(key.to_owned(), 1);
+        }
+    }
+}
+
+/// [`bump`] for a pair of labels (a handful of entries: a scan is cheaper than two Strings).
+fn bump_pair(map: &mut BTreeMap<(String, String), u64>, a: &str, b: &str) {
+    match map.iter_mut().find(|((x, y), _)| x == a && y == b) {
+        Some((_, n)) => *n += 1,
+        None => {
+            map.insert((a.to_owned(), b.to_owned()), 1);
+        }
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     requests: BTreeMap<(String, String), u64>,
@@ -34,22 +54,18 @@ impl Metrics {
 
     /// A request ended (`protocol`, `outcome`: ok, recovered, error, aborted).
     pub fn request(&self, protocol: &str, outcome: &str) {
-        self.with(|m| {
-            *m.requests
-                .entry((protocol.into(), outcome.into()))
-                .or_default() += 1
-        });
+        self.with(|m| bump_pair(&mut m.requests, protocol, outcome));
     }
 
     /// An attempt was sent to `candidate`.
     pub fn attempt(&self, candidate: &str) {
-        self.with(|m| *m.attempts.entry(candidate.into()).or_default() += 1);
+        self.with(|m| bump(&mut m.attempts, candidate));
     }
 
     /// A retry of `class`/`code` after `wait`.
     pub fn retry(&self, class: &str, code: &str, wait: Duration) {
         self.with(|m| {
-            *m.retries.entry((class.into(), code.into())).or_default() += 1;
+            bump_pair(&mut m.retries, class, code);
             let secs = wait.as_secs_f64();
             for (i, bound) in WAIT_BUCKETS.iter().enumerate() {
                 if secs <= *bound {
@@ -63,21 +79,17 @@ impl Metrics {
 
     /// A request succeeded after failures of `class`.
     pub fn recovery(&self, class: &str) {
-        self.with(|m| *m.recoveries.entry(class.into()).or_default() += 1);
+        self.with(|m| bump(&mut m.recoveries, class));
     }
 
     /// Recovery stopped on `class`/`code`.
     pub fn exhaustion(&self, class: &str, code: &str) {
-        self.with(|m| {
-            *m.exhaustions
-                .entry((class.into(), code.into()))
-                .or_default() += 1
-        });
+        self.with(|m| bump_pair(&mut m.exhaustions, class, code));
     }
 
     /// A fallback to the next candidate after `class`/`code`.
     pub fn fallback(&self, class: &str, code: &str) {
-        self.with(|m| *m.fallbacks.entry((class.into(), code.into())).or_default() += 1);
+        self.with(|m| bump_pair(&mut m.fallbacks, class, code));
     }
 
     /// The text exposition.

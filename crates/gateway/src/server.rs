@@ -432,12 +432,23 @@ async fn model_request(
         gateway,
         protocol,
         route,
-        headers: forward::detached(&parts.headers),
-        body: forward::detached_body(body),
+        // A stream keeps its request for minutes: detached from the connection's read buffer
+        // (the head, its URI included, is dropped at once).
+        headers: if stream {
+            let headers = forward::detached(&parts.headers);
+            drop(parts);
+            headers
+        } else {
+            parts.headers
+        },
+        body: if stream {
+            forward::detached_body(body)
+        } else {
+            body
+        },
         stream,
         restart,
     };
-    drop(parts);
     tokio::spawn(forward::run(job, head_tx, body_tx));
     match head_rx.await {
         Ok(head) => head.into_response(body_rx),

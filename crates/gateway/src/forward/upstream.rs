@@ -55,10 +55,9 @@ pub(super) struct FailedAttempt {
     pub(super) upstream_error: Option<(StatusCode, Bytes)>,
 }
 
-/// Upstream response headers a client may see, detached from the upstream connection's read
-/// buffer (see [`super::detached`]).
+/// Upstream response headers a client may see.
 pub(crate) fn relayable(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = super::detached(upstream);
+    let mut out = upstream.clone();
     for name in HOP_BY_HOP.iter().copied().chain(["content-encoding"]) {
         out.remove(name);
     }
@@ -171,7 +170,13 @@ pub(super) async fn attempt(
             upstream_error: Some((parts.status, bytes)),
         });
     }
-    let mut headers = relayable(&parts.headers);
+    // A stream's headers wait for the commit point: detached from the upstream connection's
+    // read buffer (see `detached`).
+    let mut headers = if job.stream {
+        super::detached(&relayable(&parts.headers))
+    } else {
+        relayable(&parts.headers)
+    };
     let status = parts.status;
     // The upstream's head shares the connection's read buffer; a stream does not keep it.
     drop(parts);
