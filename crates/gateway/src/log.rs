@@ -19,7 +19,11 @@ pub struct StderrLog;
 
 impl LogSink for StderrLog {
     fn line(&self, line: &str) {
-        let _ = writeln!(std::io::stderr().lock(), "{}", redact(line));
+        // One write per line: standard error is unbuffered, and `writeln!` would make two
+        // system calls (the line, then its newline) on every request.
+        let mut text = redact(line).into_owned();
+        text.push('\n');
+        let _ = std::io::stderr().lock().write_all(text.as_bytes());
     }
 }
 
