@@ -308,8 +308,7 @@ async fn manual(
 }
 
 async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
-    let read = id.to_owned();
-    let job = match jobs.off_thread(move |store| store.get(&read)).await {
+    let job = match jobs.get(id).await {
         Ok(job) => job,
         Err(StoreError::NotFound(_)) => {
             return problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"));

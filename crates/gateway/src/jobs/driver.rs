@@ -25,8 +25,7 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
     };
     let waker = jobs.waker(&id);
     loop {
-        let read = id.clone();
-        let Ok(job) = jobs.off_thread(move |store| store.get(&read)).await else {
+        let Ok(job) = jobs.get(&id).await else {
             return;
         };
         match job.state {
@@ -43,12 +42,11 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
                 tokio::select! {
                     () = gateway.sleeper.sleep(wait) => {
                         // The timer's transition is fenced: a manual action since then wins.
-                        let (target, generation, now) = (id.clone(), job.generation, now_ms(&gateway));
-                        let moved = jobs.off_thread(move |store| store.transition(&target, generation, now, &mut |j| {
+                        let moved = jobs.transition(&id, job.generation, now_ms(&gateway), |j| {
                             j.state = JobState::Pending;
                             j.deadline_ms = None;
                             vec![]
-                        })).await;
+                        }).await;
                         if let Ok(job) = moved {
                             jobs.publish(&job);
                         }
@@ -66,14 +64,11 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
 /// failed).
 async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
     let Some(candidate) = candidate_of(gateway, &job) else {
-        let (id, generation, now) = (job.id.clone(), job.generation, now_ms(gateway));
         let _ = jobs
-            .off_thread(move |store| {
-                store.transition(&id, generation, now, &mut |j| {
-                    j.state = JobState::ActionRequired;
-                    j.error = Some(json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"}));
-                    vec![]
-                })
+            .transition(&job.id, job.generation, now_ms(gateway), |j| {
+                j.state = JobState::ActionRequired;
+                j.error = Some(json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"}));
+                vec![]
             })
             .await;
         return false;
@@ -81,19 +76,17 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
     let number = job.turn.attempts.max(1);
     let started = now_ms(gateway);
     // P1/P3: the attempt is on record as possibly sent before a byte leaves.
-    let (id, generation, candidate_id) = (job.id.clone(), job.generation, candidate.id.clone());
+    let candidate_id = candidate.id.clone();
     let dispatched = jobs
-        .off_thread(move |store| {
-            store.transition(&id, generation, started, &mut |j| {
-                j.state = JobState::Dispatching;
-                vec![AttemptOp::Begin(AttemptRecord {
-                    number,
-                    candidate: candidate_id.clone(),
-                    started_ms: started,
-                    outcome: "in_flight".into(),
-                    ..AttemptRecord::default()
-                })]
-            })
+        .transition(&job.id, job.generation, started, move |j| {
+            j.state = JobState::Dispatching;
+            vec![AttemptOp::Begin(AttemptRecord {
+                number,
+                candidate: candidate_id.clone(),
+                started_ms: started,
+                outcome: "in_flight".into(),
+                ..AttemptRecord::default()
+            })]
         })
         .await;
     let Ok(job) = dispatched else { return false };
@@ -112,16 +105,13 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
         Ok((status, body)) => {
             attempt.outcome = "succeeded".into();
             attempt.status = Some(status);
-            let (id, generation) = (job.id.clone(), job.generation);
             let done = jobs
-                .off_thread(move |store| {
-                    store.transition(&id, generation, finished, &mut |j| {
-                        j.state = JobState::Succeeded;
-                        j.response_status = Some(status);
-                        j.response = Some(body.clone());
-                        j.deadline_ms = None;
-                        vec![AttemptOp::Finish(attempt.clone())]
-                    })
+                .transition(&job.id, job.generation, finished, move |j| {
+                    j.state = JobState::Succeeded;
+                    j.response_status = Some(status);
+                    j.response = Some(body.clone());
+                    j.deadline_ms = None;
+                    vec![AttemptOp::Finish(attempt.clone())]
                 })
                 .await;
             if let Ok(job) = done {
@@ -155,44 +145,39 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
         "catalogue_version": attempt.catalogue_version, "hint_ms": classification.hint.map(|h| h.delay.as_millis() as u64),
     });
     let snapshot_after = turn.snapshot();
-    let (id, generation, at) = (job.id.clone(), job.generation, now_ms(gateway));
     let result = jobs
-        .off_thread(move |store| {
-            store.transition(&id, generation, at, &mut |j| {
-                j.classification = Some(recorded.clone());
-                j.turn = snapshot_after.clone();
-                match &action {
-                    Action::Retry(wait) => {
-                        j.state = JobState::Waiting;
-                        let deadline = now + wait.delay;
-                        j.deadline_ms = deadline
-                            .duration_since(UNIX_EPOCH)
-                            .ok()
-                            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-                        j.pending_outcome = Some(match wait.kind {
-                            WaitKind::ResetWait => "reset_wait".into(),
-                            _ => "retry".into(),
-                        });
-                    }
-                    Action::Fallback { .. } => {
-                        j.state = JobState::Pending;
-                        j.deadline_ms = None;
-                        j.pending_outcome = Some("fallback".into());
-                    }
-                    Action::Stop(diagnostics) => {
-                        j.state = match diagnostics.reason {
-                            StopReason::Unclassified | StopReason::Unsafe => {
-                                JobState::ActionRequired
-                            }
-                            _ => JobState::Failed,
-                        };
-                        j.deadline_ms = None;
-                        j.pending_outcome = None;
-                        j.error = serde_json::to_value(diagnostics).ok();
-                    }
+        .transition(&job.id, job.generation, now_ms(gateway), move |j| {
+            j.classification = Some(recorded.clone());
+            j.turn = snapshot_after.clone();
+            match &action {
+                Action::Retry(wait) => {
+                    j.state = JobState::Waiting;
+                    let deadline = now + wait.delay;
+                    j.deadline_ms = deadline
+                        .duration_since(UNIX_EPOCH)
+                        .ok()
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    j.pending_outcome = Some(match wait.kind {
+                        WaitKind::ResetWait => "reset_wait".into(),
+                        _ => "retry".into(),
+                    });
                 }
-                vec![AttemptOp::Finish(attempt.clone())]
-            })
+                Action::Fallback { .. } => {
+                    j.state = JobState::Pending;
+                    j.deadline_ms = None;
+                    j.pending_outcome = Some("fallback".into());
+                }
+                Action::Stop(diagnostics) => {
+                    j.state = match diagnostics.reason {
+                        StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
+                        _ => JobState::Failed,
+                    };
+                    j.deadline_ms = None;
+                    j.pending_outcome = None;
+                    j.error = serde_json::to_value(diagnostics).ok();
+                }
+            }
+            vec![AttemptOp::Finish(attempt.clone())]
         })
         .await;
     match result {

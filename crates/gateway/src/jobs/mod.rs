@@ -17,7 +17,7 @@ use std::time::UNIX_EPOCH;
 
 use rebound_core::Policy;
 use rebound_core::policy::document::PolicyDocument;
-use rebound_store::{AttemptRecord, JobRecord, RouteStore, StoreError};
+use rebound_store::{AttemptOp, AttemptRecord, JobRecord, RouteStore, StoreError};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast};
 
@@ -68,6 +68,27 @@ impl Jobs {
         tokio::task::spawn_blocking(move || work(store.as_ref()))
             .await
             .unwrap_or_else(|e| Err(StoreError::Database(format!("a store call failed: {e}"))))
+    }
+
+    /// One job, read off the async thread.
+    async fn get(&self, id: &str) -> Result<JobRecord, StoreError> {
+        let id = id.to_owned();
+        self.off_thread(move |store| store.get(&id)).await
+    }
+
+    /// A fenced transition (P2), committed off the async thread.
+    async fn transition(
+        &self,
+        id: &str,
+        expected_generation: u64,
+        now_ms: u64,
+        mut change: impl FnMut(&mut JobRecord) -> Vec<AttemptOp> + Send + 'static,
+    ) -> Result<JobRecord, StoreError> {
+        let id = id.to_owned();
+        self.off_thread(move |store| {
+            store.transition(&id, expected_generation, now_ms, &mut change)
+        })
+        .await
     }
 
     fn publish(&self, job: &JobRecord) {
