@@ -164,6 +164,25 @@ mod tests {
     }
 
     #[test]
+    fn a_model_after_deep_nesting_is_found_and_rewritten_without_recursion() {
+        let depth = 500_000;
+        let body = format!(
+            r#"{{"tools":{}{},"model":"gpt-x","messages":[]}}"#,
+            "[".repeat(depth),
+            "]".repeat(depth)
+        );
+        assert_eq!(
+            peek(body.as_bytes()).unwrap().model.as_deref(),
+            Some("gpt-x")
+        );
+        let out = rewrite_model(body.as_bytes(), "rewritten").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            body.replace("\"gpt-x\"", "\"rewritten\"")
+        );
+    }
+
+    #[test]
     fn no_model_no_rewrite() {
         assert!(rewrite_model(br#"{"messages": []}"#, "m").is_none());
         assert!(rewrite_model(br#"{"model": 5}"#, "m").is_none());

@@ -75,8 +75,8 @@ async fn deeply_nested_json_is_scanned_without_recursion_and_the_gateway_keeps_s
     assert!(error.get("rebound").is_none(), "refused before any attempt");
     assert_eq!(chaos.attempts("default"), 0);
 
-    // Balanced: valid JSON, forwarded with its model rewritten; the upstream's own 400 (chaos
-    // refuses such depth) comes back once, not retried.
+    // Balanced: valid JSON, forwarded (the rewrite past the nesting is a unit test in
+    // body.rs); the upstream's own 400 (chaos refuses such depth) comes back once, not retried.
     let reply = g
         .post(
             "/v1/chat/completions",

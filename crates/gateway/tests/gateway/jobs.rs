@@ -48,15 +48,20 @@ candidates = ["first", "second"]
 }
 
 async fn gateway(config: &str, virtual_time: bool) -> (Server, Arc<SqliteStore>) {
-    let config = load("test.toml", config, &Overrides::default(), &[("X", "y")]).unwrap();
     let store = Arc::new(SqliteStore::in_memory().unwrap());
+    (gateway_on(config, store.clone(), virtual_time).await, store)
+}
+
+/// A gateway whose jobs live in `store`.
+async fn gateway_on(config: &str, store: Arc<dyn RouteStore>, virtual_time: bool) -> Server {
+    let config = load("test.toml", config, &Overrides::default(), &[("X", "y")]).unwrap();
     let mut gateway = Gateway::new(
         config,
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
     )
     .with_log(Arc::new(NoLog))
-    .with_jobs(store.clone());
+    .with_jobs(store);
     if virtual_time {
         let time =
             VirtualTime::starting_at(std::time::UNIX_EPOCH + Duration::from_secs(1_796_050_800));
@@ -64,12 +69,9 @@ async fn gateway(config: &str, virtual_time: bool) -> (Server, Arc<SqliteStore>)
     } else {
         gateway = gateway.with_time(Arc::new(SystemClock), Arc::new(TokioSleeper));
     }
-    (
-        Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
-            .await
-            .unwrap(),
-        store,
-    )
+    Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap()
 }
 
 fn job_body() -> String {
@@ -433,18 +435,8 @@ async fn a_slow_disk_under_jobs_never_stalls_live_requests() {
     // One async thread (this test's runtime), as `rebound serve` runs: a store write that
     // blocked it would hold every live request behind the disk.
     let upstream = upstream("ok").await;
-    let config = two_candidates(&upstream, &upstream);
-    let config = load("test.toml", &config, &Overrides::default(), &[("X", "y")]).unwrap();
-    let gateway = Gateway::new(
-        config,
-        HttpClient::new(timeouts()).unwrap(),
-        Arc::new(Catalogue::shipped().unwrap()),
-    )
-    .with_log(Arc::new(NoLog))
-    .with_jobs(Arc::new(SlowDisk(SqliteStore::in_memory().unwrap())));
-    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
-        .await
-        .unwrap();
+    let slow = Arc::new(SlowDisk(SqliteStore::in_memory().unwrap()));
+    let server = gateway_on(&two_candidates(&upstream, &upstream), slow, false).await;
     let addr = server.addr();
     let submitting =
         tokio::spawn(
