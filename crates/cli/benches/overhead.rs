@@ -59,6 +59,23 @@ fn rebound(args: &[&str]) -> (Proc, SocketAddr) {
     (Proc(child), addr)
 }
 
+/// `rebound serve` in front of `chaos`, with `extra` flags.
+fn serve(chaos: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
+    let openai = format!("http://{chaos}/v1");
+    let anthropic = format!("http://{chaos}");
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--openai-upstream",
+        &openai,
+        "--anthropic-upstream",
+        &anthropic,
+    ];
+    args.extend_from_slice(extra);
+    rebound(&args)
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -275,17 +292,7 @@ fn wanted(section: &str) -> bool {
 fn main() {
     let (chaos_proc, chaos) =
         rebound(&["chaos", "--listen", "127.0.0.1:0", "--chunk-delay-ms", "0"]);
-    let upstream_openai = format!("http://{chaos}/v1");
-    let upstream_anthropic = format!("http://{chaos}");
-    let (gateway_proc, gateway) = rebound(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--openai-upstream",
-        &upstream_openai,
-        "--anthropic-upstream",
-        &upstream_anthropic,
-    ]);
+    let (gateway_proc, gateway) = serve(chaos, &[]);
     let proxy = nginx(chaos);
     println!(
         "rebound overhead benchmark: loopback, {} cores, upstream rebound chaos (no faults)\n",
@@ -329,16 +336,7 @@ fn main() {
             gateway_proc.0.id(),
             streams,
         );
-        let (gateway2_proc, gateway2) = rebound(&[
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--openai-upstream",
-            &upstream_openai,
-            "--anthropic-upstream",
-            &upstream_anthropic,
-            "--upstream-http2",
-        ]);
+        let (gateway2_proc, gateway2) = serve(chaos, &["--upstream-http2"]);
         idle(
             &runtime,
             chaos,

@@ -60,7 +60,7 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
             match body.collect().await {
                 Ok(collected) => {
                     let mut response = full(parts.status, "application/json", collected.to_bytes());
-                    *response.headers_mut() = relayable(&parts.headers);
+                    *response.headers_mut() = relayable(&parts.headers, false);
                     response.headers_mut().remove(header::CONTENT_LENGTH);
                     response
                 }

@@ -515,16 +515,12 @@ pub fn load_with(
         Some(ms) => std::time::Duration::from_millis(ms),
         None => std::time::Duration::from_secs(10),
     };
-    let max_connections = match parsed.max_connections {
-        Some(0) => {
-            return Err(err(
-                Some("max_connections".into()),
-                "must be more than 0".into(),
-            ));
-        }
-        Some(n) => Some(n),
-        None => None,
-    };
+    if parsed.max_connections == Some(0) {
+        return Err(err(
+            Some("max_connections".into()),
+            "must be more than 0".into(),
+        ));
+    }
     Ok(Config {
         listen,
         gateway_keys,
@@ -532,7 +528,7 @@ pub fn load_with(
         routes,
         store_path,
         header_read_timeout,
-        max_connections,
+        max_connections: parsed.max_connections,
     })
 }
 

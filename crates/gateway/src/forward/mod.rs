@@ -56,12 +56,17 @@ pub(crate) struct Job {
 pub(crate) fn detached(headers: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(headers.len());
     for (name, value) in headers {
-        let mut copy = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(value.as_bytes()))
-            .unwrap_or_else(|_| value.clone());
-        copy.set_sensitive(value.is_sensitive());
-        out.append(name.clone(), copy);
+        out.append(name.clone(), detach(value));
     }
     out
+}
+
+/// One header value, copied out of whatever buffer it shares (see [`detached`]).
+pub(crate) fn detach(value: &HeaderValue) -> HeaderValue {
+    let mut copy = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(value.as_bytes()))
+        .unwrap_or_else(|_| value.clone());
+    copy.set_sensitive(value.is_sensitive());
+    copy
 }
 
 /// A request body that shares no memory with the connection's read buffer (see [`detached`]).

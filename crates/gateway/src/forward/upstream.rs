@@ -55,11 +55,20 @@ pub(super) struct FailedAttempt {
     pub(super) upstream_error: Option<(StatusCode, Bytes)>,
 }
 
-/// Upstream response headers a client may see.
-pub(crate) fn relayable(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = upstream.clone();
-    for name in HOP_BY_HOP.iter().copied().chain(["content-encoding"]) {
-        out.remove(name);
+/// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
+/// they will wait for a stream's commit point.
+pub(crate) fn relayable(upstream: &HeaderMap, detach: bool) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(upstream.len());
+    for (name, value) in upstream {
+        if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
+            continue;
+        }
+        let value = if detach {
+            super::detach(value)
+        } else {
+            value.clone()
+        };
+        out.append(name.clone(), value);
     }
     out
 }
@@ -172,11 +181,7 @@ pub(super) async fn attempt(
     }
     // A stream's headers wait for the commit point: detached from the upstream connection's
     // read buffer (see `detached`).
-    let mut headers = if job.stream {
-        super::detached(&relayable(&parts.headers))
-    } else {
-        relayable(&parts.headers)
-    };
+    let mut headers = relayable(&parts.headers, job.stream);
     let status = parts.status;
     // The upstream's head shares the connection's read buffer; a stream does not keep it.
     drop(parts);
