@@ -2,7 +2,7 @@
 //! upstream (`rebound chaos`, no faults), with nginx as the reference proxy when installed.
 //!
 //! Run: `cargo bench -p rebound --bench overhead`, or name sections to run only those:
-//! `cargo bench -p rebound --bench overhead -- saturation latency idle`. `streams=N` sets how
+//! `cargo bench -p rebound --bench overhead -- saturation latency cold idle`. `streams=N` sets how
 //! many idle streams are held open (2,000 by default).
 //! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
 //! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
@@ -144,45 +144,23 @@ fn wrk(addr: SocketAddr) -> Option<f64> {
 
 /// Open-loop load at `rate` requests per second for `seconds`: latency (or time to the first
 /// token, for streams) of each request.
-async fn fixed_rate(addr: SocketAddr, stream: bool, rate: u32, seconds: u32) -> Vec<Duration> {
-    let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
+async fn fixed_rate(
+    client: &std::sync::Arc<HttpClient>,
+    addr: SocketAddr,
+    stream: bool,
+    rate: u32,
+    seconds: u32,
+) -> Vec<Duration> {
     let n = rate * seconds;
     let interval = Duration::from_secs(1) / rate;
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
     let mut tasks = Vec::with_capacity(n as usize);
     for i in 0..n {
-        let client = std::sync::Arc::clone(&client);
+        let client = std::sync::Arc::clone(client);
         let at = start + interval * i;
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
-            // Latency from the moment of sending: the timer's millisecond granularity would
-            // otherwise add up to a millisecond of noise to both paths.
-            let at = tokio::time::Instant::now();
-            let body = if stream { STREAM_BODY } else { BODY };
-            let request = Request::post(format!("http://{addr}/v1/chat/completions"))
-                .header("content-type", "application/json")
-                .body(Full::new(Bytes::from_static(body.as_bytes())))
-                .unwrap();
-            let response = client.send(request).await.ok()?;
-            let mut body = response.into_body();
-            if stream {
-                // Time to the first content byte (the first token), not to the preamble:
-                // rebound holds preambles back until content arrives, by design.
-                let mut first = None;
-                while let Some(Ok(frame)) = body.frame().await {
-                    if first.is_none()
-                        && frame
-                            .data_ref()
-                            .is_some_and(|d| d.windows(5).any(|w| w == b"Hello"))
-                    {
-                        first = Some(at.elapsed());
-                    }
-                }
-                first
-            } else {
-                body.collect().await.ok()?;
-                Some(at.elapsed())
-            }
+            timed(&client, addr, stream).await
         }));
     }
     let mut out = Vec::with_capacity(tasks.len());
@@ -193,6 +171,38 @@ async fn fixed_rate(addr: SocketAddr, stream: bool, rate: u32, seconds: u32) -> 
     }
     out.sort();
     out
+}
+
+/// One request: its latency, or for a stream the time to its first token.
+async fn timed(client: &HttpClient, addr: SocketAddr, stream: bool) -> Option<Duration> {
+    // Latency from the moment of sending: the timer's millisecond granularity would
+    // otherwise add up to a millisecond of noise to both paths.
+    let at = tokio::time::Instant::now();
+    let body = if stream { STREAM_BODY } else { BODY };
+    let request = Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .unwrap();
+    let response = client.send(request).await.ok()?;
+    let mut body = response.into_body();
+    if stream {
+        // Time to the first content byte (the first token), not to the preamble:
+        // rebound holds preambles back until content arrives, by design.
+        let mut first = None;
+        while let Some(Ok(frame)) = body.frame().await {
+            if first.is_none()
+                && frame
+                    .data_ref()
+                    .is_some_and(|d| d.windows(5).any(|w| w == b"Hello"))
+            {
+                first = Some(at.elapsed());
+            }
+        }
+        first
+    } else {
+        body.collect().await.ok()?;
+        Some(at.elapsed())
+    }
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -262,7 +272,14 @@ async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(gateway_pid);
     let upstream_after = rss_kib(upstream_pid);
-    let others = fixed_rate(gateway, false, 200, 1).await;
+    let others = fixed_rate(
+        &std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap()),
+        gateway,
+        false,
+        200,
+        1,
+    )
+    .await;
     for task in held {
         task.abort();
     }
@@ -284,7 +301,7 @@ fn ms(d: Duration) -> String {
 fn wanted(section: &str) -> bool {
     let named: Vec<String> = std::env::args()
         .skip(1)
-        .filter(|a| ["saturation", "latency", "idle"].contains(&a.as_str()))
+        .filter(|a| ["saturation", "latency", "cold", "idle"].contains(&a.as_str()))
         .collect();
     named.is_empty() || named.iter().any(|a| a == section)
 }
@@ -299,20 +316,24 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
 
-    if wanted("saturation") {
-        saturation(chaos, gateway, proxy.as_ref().map(|(_, addr)| *addr));
-    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    // The direct path comes first: the others' added latency is measured against it.
+    let mut paths = vec![("direct to chaos", chaos)];
+    if let Some((_, addr)) = &proxy {
+        paths.push(("nginx proxy_pass", *addr));
+    }
+    paths.push(("rebound serve", gateway));
+    if wanted("saturation") {
+        saturation(&paths);
+    }
     if wanted("latency") {
-        latency(
-            &runtime,
-            chaos,
-            gateway,
-            proxy.as_ref().map(|(_, addr)| *addr),
-        );
+        latency(&runtime, &paths);
+    }
+    if wanted("cold") {
+        cold(&runtime, &paths);
     }
     if wanted("idle") {
         let streams = std::env::args()
@@ -370,56 +391,56 @@ fn main() {
     drop(chaos_proc);
 }
 
-fn saturation(chaos: SocketAddr, gateway: SocketAddr, proxy: Option<SocketAddr>) {
-    println!("saturation: wrk -t1 -c16 -d4s, non-streaming POST /v1/chat/completions");
-    match wrk(chaos) {
-        None => println!("  wrk is not installed (apt-get install wrk): saturation skipped"),
-        Some(direct) => {
-            let nginx_rps = proxy.and_then(wrk);
-            let rebound_rps = wrk(gateway).unwrap_or(0.0);
-            println!(
-                "  {:<24} {:>12} {:>16} {:>16}",
-                "path", "requests/s", "ratio to direct", "ratio to nginx"
-            );
-            println!(
-                "  {:<24} {:>12.0} {:>16.3} {:>16}",
-                "direct to chaos", direct, 1.0, ""
-            );
-            match nginx_rps {
-                Some(n) => println!(
-                    "  {:<24} {:>12.0} {:>16.3} {:>16.3}",
-                    "nginx proxy_pass",
-                    n,
-                    n / direct,
-                    1.0
-                ),
-                None => println!(
-                    "  nginx is not installed (apt-get install nginx-light): no reference row"
-                ),
-            }
-            let vs_nginx =
-                nginx_rps.map_or_else(String::new, |n| format!("{:.3}", rebound_rps / n));
-            println!(
-                "  {:<24} {:>12.0} {:>16.3} {:>16}",
-                "rebound serve",
-                rebound_rps,
-                rebound_rps / direct,
-                vs_nginx
-            );
+fn saturation(paths: &[(&str, SocketAddr)]) {
+    let rounds = 3;
+    println!(
+        "saturation: wrk -t1 -c16 -d4s, non-streaming POST /v1/chat/completions; each figure the median of {rounds} rounds, the paths taking turns"
+    );
+    let mut figures = vec![Vec::new(); paths.len()];
+    for _ in 0..rounds {
+        for ((_, addr), rps) in paths.iter().zip(figures.iter_mut()) {
+            let Some(measured) = wrk(*addr) else {
+                println!("  wrk is not installed (apt-get install wrk): saturation skipped");
+                return;
+            };
+            rps.push(measured);
         }
+    }
+    let medians: Vec<f64> = figures
+        .into_iter()
+        .map(|mut rps| {
+            rps.sort_by(f64::total_cmp);
+            rps[rps.len() / 2]
+        })
+        .collect();
+    let direct = medians[0];
+    let nginx = paths
+        .iter()
+        .position(|(name, _)| name.starts_with("nginx"))
+        .map(|i| medians[i]);
+    println!(
+        "  {:<24} {:>12} {:>16} {:>16}",
+        "path", "requests/s", "ratio to direct", "ratio to nginx"
+    );
+    for ((name, _), rps) in paths.iter().zip(&medians) {
+        let vs_nginx = nginx
+            .filter(|_| *name != paths[0].0)
+            .map_or_else(String::new, |n| format!("{:.3}", rps / n));
+        println!(
+            "  {name:<24} {rps:>12.0} {:>16.3} {vs_nginx:>16}",
+            rps / direct
+        );
+    }
+    if nginx.is_none() {
+        println!("  nginx is not installed (apt-get install nginx-light): no reference row");
     }
 }
 
-fn latency(
-    runtime: &tokio::runtime::Runtime,
-    chaos: SocketAddr,
-    gateway: SocketAddr,
-    proxy: Option<SocketAddr>,
-) {
+fn latency(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
     let rate = 1000;
     let rounds = 3;
     println!(
-        "\nfixed rate: {rate} requests/s for 3 s, open loop (after a 1 s warm-up); each figure the median of {rounds} rounds, the paths taking turns"
+        "\nfixed rate: {rate} requests/s for 3 s, open loop, after 1 s of the same load; each figure the median of {rounds} rounds, the paths taking turns"
     );
     println!(
         "  {:<24} {:<16} {:>10} {:>10} {:>12} {:>12}",
@@ -431,20 +452,23 @@ fn latency(
         } else {
             "whole response"
         };
-        let mut paths = vec![("direct to chaos", chaos)];
-        if let Some(addr) = proxy {
-            paths.push(("nginx proxy_pass", addr));
-        }
-        paths.push(("rebound serve", gateway));
-        for (_, addr) in &paths {
-            runtime.block_on(fixed_rate(*addr, stream, rate, 1));
-        }
+        // One client per path, kept across rounds, as an agent keeps its connections.
+        let clients: Vec<_> = paths
+            .iter()
+            .map(|_| std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap()))
+            .collect();
         // Rounds alternate the paths, so a noisy second on a shared machine falls on all of
-        // them alike, and one stall does not decide a percentile.
+        // them alike, and one stall does not decide a percentile. Each round follows a second
+        // of the same load on its path: the figures are the steady state at this rate, not
+        // the first moments after the path sat idle through the other paths' rounds (the
+        // `cold` section measures those).
         let mut figures = vec![(Vec::new(), Vec::new()); paths.len()];
         for _ in 0..rounds {
-            for ((_, addr), (p50s, p99s)) in paths.iter().zip(figures.iter_mut()) {
-                let sorted = runtime.block_on(fixed_rate(*addr, stream, rate, 3));
+            for (((_, addr), client), (p50s, p99s)) in
+                paths.iter().zip(&clients).zip(figures.iter_mut())
+            {
+                runtime.block_on(fixed_rate(client, *addr, stream, rate, 1));
+                let sorted = runtime.block_on(fixed_rate(client, *addr, stream, rate, 3));
                 p50s.push(percentile(&sorted, 0.5));
                 p99s.push(percentile(&sorted, 0.99));
             }
@@ -456,7 +480,7 @@ fn latency(
         let mut direct = (Duration::ZERO, Duration::ZERO);
         for ((name, addr), (p50s, p99s)) in paths.iter().zip(figures) {
             let (p50, p99) = (median(p50s), median(p99s));
-            if *addr == chaos {
+            if *addr == paths[0].1 {
                 direct = (p50, p99);
                 println!("  {name:<24} {measure:<16} {:>10} {:>10}", ms(p50), ms(p99));
             } else {
@@ -469,6 +493,37 @@ fn latency(
                 );
             }
         }
+    }
+}
+
+/// One request on a kept connection after the path sat idle for `IDLE`: what a first request
+/// pays after a quiet spell, when this machine has let the process's memory go cold.
+fn cold(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
+    const IDLE: Duration = Duration::from_secs(2);
+    const SAMPLES: usize = 5;
+    println!(
+        "\nafter idle: one request after {} s without traffic, on a kept connection; median of {SAMPLES}",
+        IDLE.as_secs()
+    );
+    println!("  {:<24} {:>10}", "path", "latency");
+    let clients: Vec<_> = paths
+        .iter()
+        .map(|_| std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap()))
+        .collect();
+    let mut samples = vec![Vec::new(); paths.len()];
+    for round in 0..=SAMPLES {
+        for (((_, addr), client), samples) in paths.iter().zip(&clients).zip(samples.iter_mut()) {
+            std::thread::sleep(IDLE);
+            let took = runtime.block_on(timed(client, *addr, false));
+            // The first round opens the connections.
+            if round > 0 {
+                samples.extend(took);
+            }
+        }
+    }
+    for ((name, _), mut samples) in paths.iter().zip(samples) {
+        samples.sort();
+        println!("  {name:<24} {:>10}", ms(samples[samples.len() / 2]));
     }
 }
 
