@@ -8,7 +8,7 @@
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use regex::Regex;
+use regex::{Regex, RegexSet};
 
 use crate::evidence::Headers;
 
@@ -30,33 +30,37 @@ pub const SECRET_HEADERS: [&str; 9] = [
 
 /// Patterns of secrets. Each match is replaced whole, except for the part captured as
 /// `keep`, which names what was redacted.
-static PATTERNS: LazyLock<Vec<Regex>> = LazyLock::new(|| {
-    [
-        // Header-like lines and JSON or form fields that name a credential.
-        r#"(?i)(?P<keep>["']?(?:x-api-key|api[-_]?key|x-goog-api-key|authorization|proxy-authorization|access[-_]?token|refresh[-_]?token|client[-_]?secret|secret[-_]?key|password)["']?\s*[:=]\s*)(?:"[^"]*"|'[^']*'|(?:bearer\s+|basic\s+)?[^\s,;"'}&]+)"#,
-        // Bearer and basic credentials anywhere.
-        r"(?i)(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=\-]{8,}",
-        // Keys in URL query strings.
-        r"(?i)(?P<keep>[?&](?:key|api[-_]?key|token|access_token|sig)=)[^&\s#'\x22<>]+",
-        // Provider key shapes: OpenAI/Anthropic/OpenRouter `sk-…` (including OpenAI's
-        // masked echo `sk-proj-****…abcd`), Google `AIza…`, AWS access key ids, xAI, Groq,
-        // Hugging Face, GitHub tokens.
-        r"sk-[A-Za-z0-9_\-*.]{6,}",
-        r"AIza[0-9A-Za-z_\-]{20,}",
-        r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-        r"\bxai-[A-Za-z0-9]{16,}",
-        r"\bgsk_[A-Za-z0-9]{16,}",
-        r"\bhf_[A-Za-z0-9]{16,}",
-        r"\bgh[pousr]_[A-Za-z0-9]{20,}",
-    ]
-    .iter()
-    .filter_map(|p| Regex::new(p).ok())
-    .collect()
-});
+const SOURCES: [&str; 10] = [
+    // Header-like lines and JSON or form fields that name a credential.
+    r#"(?i)(?P<keep>["']?(?:x-api-key|api[-_]?key|x-goog-api-key|authorization|proxy-authorization|access[-_]?token|refresh[-_]?token|client[-_]?secret|secret[-_]?key|password)["']?\s*[:=]\s*)(?:"[^"]*"|'[^']*'|(?:bearer\s+|basic\s+)?[^\s,;"'}&]+)"#,
+    // Bearer and basic credentials anywhere.
+    r"(?i)(?P<keep>\b(?:bearer|basic)\s+)[A-Za-z0-9._~+/=\-]{8,}",
+    // Keys in URL query strings.
+    r"(?i)(?P<keep>[?&](?:key|api[-_]?key|token|access_token|sig)=)[^&\s#'\x22<>]+",
+    // Provider key shapes: OpenAI/Anthropic/OpenRouter `sk-…` (including OpenAI's
+    // masked echo `sk-proj-****…abcd`), Google `AIza…`, AWS access key ids, xAI, Groq,
+    // Hugging Face, GitHub tokens.
+    r"sk-[A-Za-z0-9_\-*.]{6,}",
+    r"AIza[0-9A-Za-z_\-]{20,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\bxai-[A-Za-z0-9]{16,}",
+    r"\bgsk_[A-Za-z0-9]{16,}",
+    r"\bhf_[A-Za-z0-9]{16,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+];
+
+static PATTERNS: LazyLock<Vec<Regex>> =
+    LazyLock::new(|| SOURCES.iter().filter_map(|p| Regex::new(p).ok()).collect());
+
+/// All the patterns at once: most text holds no secret, and one pass says so.
+static ANY: LazyLock<Option<RegexSet>> = LazyLock::new(|| RegexSet::new(SOURCES).ok());
 
 /// `text` with every secret replaced by [`REDACTED`]. Borrows when nothing was found.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let mut out = Cow::Borrowed(text);
+    if ANY.as_ref().is_some_and(|any| !any.is_match(text)) {
+        return out;
+    }
     for pattern in PATTERNS.iter() {
         if pattern.is_match(&out) {
             let replaced = pattern
@@ -98,7 +102,14 @@ mod tests {
 
     #[test]
     fn every_pattern_compiles() {
-        assert_eq!(PATTERNS.len(), 10);
+        assert_eq!(PATTERNS.len(), SOURCES.len());
+        assert!(ANY.is_some());
+    }
+
+    #[test]
+    fn text_without_secrets_is_borrowed() {
+        let line = "rebound route=default candidate=openai attempt=1 outcome=ok";
+        assert!(matches!(redact(line), Cow::Borrowed(_)));
     }
 
     #[test]
