@@ -9,12 +9,52 @@ use serde::Deserialize;
 /// What the gateway needs to know about a request.
 #[derive(Debug, Deserialize)]
 pub struct Peek<'a> {
-    /// The model asked for.
-    #[serde(borrow)]
+    /// The model asked for: borrowed from the body unless it holds escapes.
+    #[serde(borrow, default, deserialize_with = "borrowed")]
     pub model: Option<Cow<'a, str>>,
     /// Whether the client wants a stream.
     #[serde(default)]
     pub stream: Option<bool>,
+}
+
+/// An optional string, borrowed when it can be. (serde borrows a `Cow<str>` field, but not
+/// one inside an `Option`.)
+fn borrowed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct Text;
+
+    impl<'de> serde::de::Visitor<'de> for Text {
+        type Value = Option<Cow<'de, str>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string or null")
+        }
+
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+
+        fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(v)))
+        }
+
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(v.to_owned())))
+        }
+
+        fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(v)))
+        }
+    }
+
+    d.deserialize_option(Text)
 }
 
 /// Why a body was refused.
@@ -142,6 +182,21 @@ fn value_end(body: &[u8], i: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_is_borrowed_unless_escaped() {
+        let peeked = peek(br#"{"model":"gpt-4o","stream":true}"#).unwrap();
+        assert!(matches!(peeked.model, Some(Cow::Borrowed("gpt-4o"))));
+        assert_eq!(peeked.stream, Some(true));
+        let peeked = peek(br#"{"model":"g\u0070t"}"#).unwrap();
+        assert!(matches!(peeked.model, Some(Cow::Owned(ref m)) if m == "gpt"));
+        assert!(peek(br#"{"model":null}"#).unwrap().model.is_none());
+        assert!(peek(br#"{"messages":[]}"#).unwrap().model.is_none());
+        assert!(matches!(
+            peek(br#"{"model":5}"#),
+            Err(PeekError::Json(e)) if e.is_data()
+        ));
+    }
 
     #[test]
     fn rewrites_only_the_top_level_model() {

@@ -2,7 +2,7 @@
 //! statuses and candidate ids: never headers or bodies, so no key can reach them; the sink
 //! redacts anyway.
 
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::sync::{Mutex, PoisonError};
 
 use rebound_core::redact::redact;
@@ -19,11 +19,19 @@ pub struct StderrLog;
 
 impl LogSink for StderrLog {
     fn line(&self, line: &str) {
-        // One write per line: standard error is unbuffered, and `writeln!` would make two
-        // system calls (the line, then its newline) on every request.
-        let mut text = redact(line).into_owned();
-        text.push('\n');
-        let _ = std::io::stderr().lock().write_all(text.as_bytes());
+        // One system call per line: standard error is unbuffered, and `writeln!` would make
+        // two (the line, then its newline) on every request.
+        let text = redact(line);
+        let mut stderr = std::io::stderr().lock();
+        let parts = [IoSlice::new(text.as_bytes()), IoSlice::new(b"\n")];
+        match stderr.write_vectored(&parts) {
+            Ok(n) if n > text.len() => {}
+            Ok(n) => {
+                let _ = stderr.write_all(&text.as_bytes()[n..]);
+                let _ = stderr.write_all(b"\n");
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -58,10 +66,16 @@ impl LogSink for NoLog {
     fn line(&self, _: &str) {}
 }
 
-/// `key=value` pairs; values with spaces or quotes are quoted.
-pub fn format_line(pairs: &[(&str, String)]) -> String {
-    let mut out = String::from("rebound");
+/// `key=value` pairs; values with spaces or quotes are quoted, empty ones left out.
+pub fn format_line<V: AsRef<str>>(pairs: &[(&str, V)]) -> String {
+    let room = pairs
+        .iter()
+        .map(|(key, value)| key.len() + value.as_ref().len() + 2)
+        .sum::<usize>();
+    let mut out = String::with_capacity("rebound".len() + room);
+    out.push_str("rebound");
     for (key, value) in pairs {
+        let value = value.as_ref();
         if value.is_empty() {
             continue;
         }

@@ -280,8 +280,7 @@ async fn handle(
     gateway: Arc<Gateway>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
-    let path = req.uri().path().to_owned();
-    let protocol = match path.as_str() {
+    let protocol = match req.uri().path() {
         "/v1/messages" => Protocol::Anthropic,
         _ => Protocol::OpenAi,
     };
@@ -293,7 +292,7 @@ async fn handle(
             "rebound: a valid gateway key is required",
         ));
     }
-    match (req.method(), path.as_str()) {
+    match (req.method(), req.uri().path()) {
         (&Method::POST, "/v1/chat/completions" | "/v1/messages") => {
             Ok(model_request(gateway, protocol, req).await)
         }
@@ -306,7 +305,7 @@ async fn handle(
         (&Method::GET, "/healthz") => Ok(full(StatusCode::OK, "text/plain", "ok\n")),
         (&Method::GET, "/v1/rebound/policies") => Ok(policies(&gateway)),
         (method, p) if p == "/v1/rebound/jobs" || p.starts_with("/v1/rebound/jobs/") => {
-            let method = method.clone();
+            let (method, path) = (method.clone(), p.to_owned());
             let limit = gateway.config.body_limit;
             let body = match Limited::new(req.into_body(), limit).collect().await {
                 Ok(collected) => collected.to_bytes(),
@@ -326,8 +325,9 @@ async fn handle(
             StatusCode::NOT_FOUND,
             "not_found_error",
             &format!(
-                "rebound serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models and GET /metrics, not {} {path}",
-                req.method()
+                "rebound serves POST /v1/chat/completions, POST /v1/messages, GET /v1/models and GET /metrics, not {} {}",
+                req.method(),
+                req.uri().path()
             ),
         )),
     }
@@ -422,7 +422,7 @@ async fn model_request(
             );
         }
     };
-    let Some(model) = peeked.model.as_deref().map(str::to_owned) else {
+    let Some(model) = peeked.model.as_deref() else {
         return error(
             protocol,
             StatusCode::BAD_REQUEST,
@@ -431,7 +431,7 @@ async fn model_request(
         );
     };
     let stream = peeked.stream.unwrap_or(false);
-    let Some(route) = gateway.config.route(&model, protocol) else {
+    let Some(route) = gateway.config.route(model, protocol) else {
         return error(
             protocol,
             StatusCode::NOT_FOUND,
@@ -444,7 +444,13 @@ async fn model_request(
         .get("x-rebound-replay")
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"restart"));
     let (head_tx, head_rx) = oneshot::channel::<Head>();
-    let (body_tx, body_rx) = forward::pipe::pipe();
+    // Only a stream's body goes through a pipe; a whole answer goes with its head.
+    let (body_tx, body_rx) = if stream {
+        let (tx, rx) = forward::pipe::pipe();
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
     let job = forward::Job {
         gateway,
         protocol,

@@ -11,8 +11,10 @@ use rebound_runtime::Protocol;
 use serde::Deserialize;
 
 mod policy;
+mod route;
 
 use policy::{PolicyFile, compile_policy};
+pub use route::{Candidate, Route, Routes, matches_pattern};
 
 /// The default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
@@ -104,104 +106,6 @@ struct RouteFile {
     candidates: Vec<String>,
 }
 
-/// One upstream that can serve a request.
-#[derive(Clone)]
-pub struct Candidate {
-    /// Its id.
-    pub id: String,
-    /// Its protocol.
-    pub protocol: Protocol,
-    /// Base URL, as the official SDKs take it.
-    pub base_url: String,
-    /// The key from the environment; `None` forwards the client's key (when gateway keys are
-    /// off) or sends none.
-    pub api_key: Option<String>,
-    /// The model it serves; rewrites the request's `model`.
-    pub model: Option<String>,
-    /// The provider name the catalogue knows.
-    pub provider: String,
-    /// Speak HTTP/2 to it: one connection carries every concurrent request.
-    pub http2: bool,
-    /// Its per-class policy (D1).
-    pub policy: Arc<Policy>,
-}
-
-impl fmt::Debug for Candidate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Candidate")
-            .field("id", &self.id)
-            .field("protocol", &self.protocol)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
-            .field("model", &self.model)
-            .field("provider", &self.provider)
-            .field("http2", &self.http2)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Candidate {
-    /// The model endpoint: `{base}/chat/completions` or `{base}/v1/messages`.
-    pub fn endpoint(&self) -> String {
-        match self.protocol {
-            Protocol::OpenAi => format!("{}/chat/completions", self.base_url),
-            Protocol::Anthropic => format!("{}/v1/messages", self.base_url),
-        }
-    }
-
-    /// The HTTP version its requests ask for.
-    pub fn version(&self) -> http::Version {
-        if self.http2 {
-            http::Version::HTTP_2
-        } else {
-            http::Version::HTTP_11
-        }
-    }
-
-    /// `body` with its top-level `model` rewritten to this candidate's, when it names one.
-    pub fn body_for(&self, body: &bytes::Bytes) -> bytes::Bytes {
-        self.model
-            .as_deref()
-            .and_then(|model| crate::body::rewrite_model(body, model))
-            .map_or_else(|| body.clone(), bytes::Bytes::from)
-    }
-
-    /// Sets this candidate's key (marked sensitive, so it is never printed) and the headers
-    /// its protocol requires.
-    pub fn authorize(
-        &self,
-        headers: &mut http::HeaderMap,
-    ) -> Result<(), http::header::InvalidHeaderValue> {
-        if let Some(key) = &self.api_key {
-            let (name, value) = match self.protocol {
-                Protocol::OpenAi => (http::header::AUTHORIZATION, format!("Bearer {key}")),
-                Protocol::Anthropic => (http::HeaderName::from_static("x-api-key"), key.clone()),
-            };
-            let mut value = http::HeaderValue::from_str(&value)?;
-            value.set_sensitive(true);
-            headers.insert(name, value);
-        }
-        if self.protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {
-            headers.insert(
-                "anthropic-version",
-                http::HeaderValue::from_static("2023-06-01"),
-            );
-        }
-        Ok(())
-    }
-}
-
-/// A model pattern → ordered candidates.
-#[derive(Clone, Debug)]
-pub struct Route {
-    /// Its id, reported in `x-rebound-route-id`.
-    pub id: String,
-    /// Model names or `*` patterns.
-    pub models: Vec<String>,
-    /// Candidates, in order.
-    pub candidates: Vec<Arc<Candidate>>,
-}
-
 /// The validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -212,7 +116,7 @@ pub struct Config {
     /// The request body limit.
     pub body_limit: usize,
     /// Routes, in order.
-    pub routes: Vec<Route>,
+    pub routes: Routes,
     /// The durable routes database.
     pub store_path: std::path::PathBuf,
     /// How long a client may take to send a request head.
@@ -409,11 +313,12 @@ pub fn load_with(
             &catalogue,
         )
         .map_err(|(key, message)| err(Some(key), message))?;
-        let candidate = Candidate {
+        let candidate = Candidate::new(route::Declared {
             id: c.id.clone(),
             protocol,
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
+            api_key_env: c.api_key_env.clone(),
             model: c.model.clone(),
             provider: c.provider.clone().unwrap_or_else(|| match protocol {
                 Protocol::OpenAi => "openai".into(),
@@ -421,7 +326,8 @@ pub fn load_with(
             }),
             http2: c.http2 || overrides.upstream_http2,
             policy: Arc::new(policy),
-        };
+        })
+        .map_err(|(field, message)| err(at(field), message))?;
         if candidates
             .insert(c.id.clone(), Arc::new(candidate))
             .is_some()
@@ -486,11 +392,10 @@ pub fn load_with(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        routes.push(Route {
-            id: r.id.clone(),
-            models: r.models.clone(),
-            candidates: list,
-        });
+        routes.push(
+            Route::new(r.id.clone(), r.models.clone(), list)
+                .map_err(|message| err(Some(format!("route.{}.id", r.id)), message))?,
+        );
     }
     if routes.is_empty() {
         return Err(err(
@@ -525,7 +430,7 @@ pub fn load_with(
         listen,
         gateway_keys,
         body_limit,
-        routes,
+        routes: Routes::new(routes),
         store_path,
         header_read_timeout,
         max_connections: parsed.max_connections,
@@ -578,51 +483,9 @@ impl Config {
     }
 
     /// The route for `model` on `protocol`, with only that protocol's candidates.
-    pub fn route(&self, model: &str, protocol: Protocol) -> Option<Route> {
-        self.routes.iter().find_map(|route| {
-            if !route.models.iter().any(|p| matches_pattern(p, model)) {
-                return None;
-            }
-            let candidates: Vec<_> = route
-                .candidates
-                .iter()
-                .filter(|c| c.protocol == protocol)
-                .cloned()
-                .collect();
-            (!candidates.is_empty()).then(|| Route {
-                id: route.id.clone(),
-                models: route.models.clone(),
-                candidates,
-            })
-        })
+    pub fn route(&self, model: &str, protocol: Protocol) -> Option<Arc<Route>> {
+        self.routes.find(model, protocol)
     }
-}
-
-/// `*` matches any run of characters; everything else matches itself.
-///
-/// ```
-/// use rebound_gateway::config::matches_pattern;
-///
-/// assert!(matches_pattern("claude-*", "claude-sonnet-4-5"));
-/// assert!(!matches_pattern("gpt-*", "o3"));
-/// ```
-pub fn matches_pattern(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
-        return false;
-    }
-    let mut rest = &name[first.len()..name.len() - last.len()];
-    for part in &parts[1..parts.len() - 1] {
-        match rest.find(part) {
-            Some(at) => rest = &rest[at + part.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 #[cfg(test)]

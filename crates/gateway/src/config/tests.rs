@@ -213,6 +213,10 @@ fn patterns() {
     assert!(!matches_pattern("gpt-*", "o3"));
     assert!(matches_pattern("o3", "o3"));
     assert!(!matches_pattern("a*a", "a"));
+    assert!(matches_pattern("a**b", "ab"));
+    assert!(matches_pattern("a*b*c", "a-b-c"));
+    assert!(!matches_pattern("a*b*c", "a-c-b"));
+    assert!(matches_pattern("*b*", "b"));
 }
 
 #[test]
@@ -223,4 +227,85 @@ fn non_loopback_needs_gateway_keys_and_upstream_keys() {
     let ok = text.replace("api_key_env=\"MISSING\"\n", "");
     let c = load("f", &ok, &Overrides::default(), &[("GW", "k1,k2")]).unwrap();
     assert_eq!(c.gateway_keys, ["k1", "k2"]);
+}
+
+/// What every request needs from a candidate is built at load, so what cannot be built is a
+/// load error naming the key, never a failure on each request.
+#[test]
+fn header_values_are_checked_at_load() {
+    let text = "[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"KEY\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n";
+    let e = load(
+        "f",
+        text,
+        &Overrides::default(),
+        &[("KEY", "sk-line\nbreak")],
+    )
+    .unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("candidate.a.api_key_env"), "{e}");
+    assert!(e.to_string().contains("`KEY`"), "{e}");
+    assert!(!e.to_string().contains("sk-line"), "the key leaked: {e}");
+
+    let e = load_text(&text.replace("id=\"r\"", "id=\"r\\u0001\"")).unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("route.r\u{1}.id"), "{e}");
+
+    let c = load("f", text, &Overrides::default(), &[("KEY", "sk-fine")]).unwrap();
+    let route = c.route("m", Protocol::OpenAi).unwrap();
+    let candidate = &route.candidates[0];
+    assert_eq!(candidate.endpoint(), "http://x/v1/chat/completions");
+    let mut headers = http::HeaderMap::new();
+    candidate.authorize(&mut headers);
+    assert_eq!(headers["authorization"], "Bearer sk-fine");
+    assert!(headers["authorization"].is_sensitive());
+    assert_eq!(route.id_header(), "r");
+    assert_eq!(candidate.id_header(), "a");
+}
+
+/// Lookups share the per-protocol views made at load.
+#[test]
+fn routes_are_found_by_model_and_by_id_per_protocol() {
+    let text = "[[candidate]]\nid=\"o\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\n[[candidate]]\nid=\"a\"\nprotocol=\"anthropic\"\nbase_url=\"http://y\"\n[[route]]\nid=\"claude\"\nmodels=[\"claude-*\"]\ncandidates=[\"a\"]\n[[route]]\nid=\"mixed\"\nmodels=[\"*\"]\ncandidates=[\"o\", \"a\"]\n";
+    let c = load_text(text).unwrap();
+    // The first route matches the model but has no OpenAI candidate: the next one serves.
+    let r = c.route("claude-x", Protocol::OpenAi).unwrap();
+    assert_eq!((r.id.as_str(), r.candidates.len()), ("mixed", 1));
+    assert_eq!(r.candidates[0].id, "o");
+    let r = c.route("claude-x", Protocol::Anthropic).unwrap();
+    assert_eq!(r.id, "claude");
+    assert!(Arc::ptr_eq(
+        &r,
+        &c.route("claude-y", Protocol::Anthropic).unwrap()
+    ));
+    let r = c.routes.by_id("mixed", Protocol::Anthropic).unwrap();
+    assert_eq!(
+        r.candidates
+            .iter()
+            .map(|c| c.id.as_str())
+            .collect::<Vec<_>>(),
+        ["a"]
+    );
+    assert!(c.routes.by_id("claude", Protocol::OpenAi).is_none());
+    assert!(c.routes.by_id("nope", Protocol::OpenAi).is_none());
+    assert_eq!(c.routes.len(), 2);
+}
+
+/// `Host` is made once per candidate, as the HTTP client would make it on each request.
+#[test]
+fn the_host_header_is_made_once_as_the_client_would() {
+    for (base, http2, host) in [
+        ("http://x/v1", false, Some("x")),
+        ("http://x:80/v1", false, Some("x")),
+        ("http://x:8080/v1", false, Some("x:8080")),
+        ("https://y:443", false, Some("y")),
+        ("https://y:80", false, Some("y:80")),
+        ("https://y:8443", false, Some("y:8443")),
+        ("http://x:8080/v1", true, None),
+    ] {
+        let text = format!(
+            "[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"{base}\"\nhttp2={http2}\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n"
+        );
+        let c = load_text(&text).unwrap();
+        let route = c.route("m", Protocol::OpenAi).unwrap();
+        let made = route.candidates[0].host();
+        assert_eq!(made.as_ref().map(|h| h.to_str().unwrap()), host, "{base}");
+    }
 }

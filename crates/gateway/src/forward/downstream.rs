@@ -14,15 +14,23 @@ use crate::server::Body;
 pub(crate) struct Head {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
-    /// The whole body; `None` for a stream fed through the channel.
+    /// The whole body; `None` for a stream fed through the pipe.
     pub(crate) body: Option<Bytes>,
 }
 
 impl Head {
-    pub(crate) fn into_response(self, rx: pipe::Receiver) -> Response<Body> {
-        let mut response = match self.body {
-            Some(bytes) => Response::new(Full::new(bytes).map_err(|never| match never {}).boxed()),
-            None => Response::new(BodyExt::boxed(ChannelBody(rx))),
+    /// The response, its body whole or fed through `rx` (a non-streaming request has none).
+    pub(crate) fn into_response(self, rx: Option<pipe::Receiver>) -> Response<Body> {
+        let mut response = match (self.body, rx) {
+            (Some(bytes), _) => {
+                Response::new(Full::new(bytes).map_err(|never| match never {}).boxed())
+            }
+            (None, Some(rx)) => Response::new(BodyExt::boxed(ChannelBody(rx))),
+            (None, None) => Response::new(
+                http_body_util::Empty::new()
+                    .map_err(|never| match never {})
+                    .boxed(),
+            ),
         };
         *response.status_mut() = self.status;
         *response.headers_mut() = self.headers;
@@ -53,10 +61,11 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-/// The client side: the head goes once, then body frames.
+/// The client side: the head goes once, then body frames (streams only: a whole answer
+/// goes with its head).
 pub(crate) struct Downstream {
     pub(crate) head: Option<oneshot::Sender<Head>>,
-    pub(crate) body: pipe::Sender,
+    pub(crate) body: Option<pipe::Sender>,
 }
 
 impl Downstream {
@@ -70,14 +79,20 @@ impl Downstream {
 
     /// Sends body bytes; `false` when the client went away.
     pub(crate) async fn send(&mut self, bytes: Bytes) -> bool {
-        bytes.is_empty() || self.body.send(bytes).await
+        match &mut self.body {
+            _ if bytes.is_empty() => true,
+            Some(body) => body.send(bytes).await,
+            None => false,
+        }
     }
 
     /// Completes when the client has gone away.
     pub(crate) async fn gone(&mut self) {
-        match &mut self.head {
-            Some(head) => head.closed().await,
-            None => self.body.closed().await,
+        match (&mut self.head, &mut self.body) {
+            (Some(head), _) => head.closed().await,
+            (None, Some(body)) => body.closed().await,
+            // A whole answer went with its head: nothing is left to watch.
+            (None, None) => std::future::pending().await,
         }
     }
 }

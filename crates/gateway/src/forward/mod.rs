@@ -12,6 +12,7 @@ pub(crate) mod pipe;
 mod relay;
 mod upstream;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ pub const RESTART_EVENT: &str = "rebound_restart";
 pub(crate) struct Job {
     pub(crate) gateway: Arc<Gateway>,
     pub(crate) protocol: Protocol,
-    pub(crate) route: Route,
+    pub(crate) route: Arc<Route>,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
     pub(crate) stream: bool,
@@ -79,31 +80,49 @@ pub(crate) fn detached_body(body: Bytes) -> Bytes {
     }
 }
 
-fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &str, route: &str) {
-    let mut put = |name: &'static str, value: String| {
-        if let Ok(value) = HeaderValue::from_str(&value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    };
-    put("x-rebound-attempts", attempts.to_string());
-    put("x-rebound-candidate", candidate.to_owned());
-    put("x-rebound-route-id", route.to_owned());
+/// `x-rebound-attempts`, `x-rebound-candidate` and `x-rebound-route-id` (G6).
+fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &Candidate, route: &Route) {
+    headers.insert(
+        HeaderName::from_static("x-rebound-attempts"),
+        count_header(attempts),
+    );
+    headers.insert(
+        HeaderName::from_static("x-rebound-candidate"),
+        candidate.id_header(),
+    );
+    headers.insert(
+        HeaderName::from_static("x-rebound-route-id"),
+        route.id_header(),
+    );
+}
+
+const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
+/// A count as a header value; the usual small ones without an allocation.
+fn count_header(n: u32) -> HeaderValue {
+    match DIGITS.get(n as usize) {
+        Some(digit) => HeaderValue::from_static(digit),
+        None => HeaderValue::from(n),
+    }
+}
+
+/// A count as text; the usual small ones without an allocation.
+fn count_text(n: u32) -> Cow<'static, str> {
+    match DIGITS.get(n as usize) {
+        Some(digit) => Cow::Borrowed(digit),
+        None => Cow::Owned(n.to_string()),
+    }
 }
 
 /// Runs a job to its one response.
-pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: pipe::Sender) {
+pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: Option<pipe::Sender>) {
     let mut down = Downstream {
         head: Some(head),
         body,
     };
     let gateway = Arc::clone(&job.gateway);
-    let policies = job
-        .route
-        .candidates
-        .iter()
-        .map(|c| Arc::clone(&c.policy))
-        .collect();
-    let mut turn = Turn::new(policies, Caller::Session);
+    // Made at the first failure: most requests succeed at once and never consult it.
+    let mut turn: Option<Turn> = None;
     let mut attempts = 0u32;
     let mut last_class: Option<&'static str> = None;
     let protocol_name = match job.protocol {
@@ -111,7 +130,8 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: pipe::Sende
         Protocol::Anthropic => "anthropic",
     };
     loop {
-        let Some(candidate) = job.route.candidates.get(turn.candidate()).cloned() else {
+        let next = turn.as_ref().map_or(0, Turn::candidate);
+        let Some(candidate) = job.route.candidates.get(next).cloned() else {
             return;
         };
         attempts += 1;
@@ -127,10 +147,10 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: pipe::Sende
                 }
                 gateway.metrics.request(protocol_name, outcome);
                 gateway.log.line(&format_line(&[
-                    ("route", job.route.id.clone()),
-                    ("candidate", candidate.id.clone()),
-                    ("attempt", attempts.to_string()),
-                    ("outcome", "ok".into()),
+                    ("route", job.route.id.as_str()),
+                    ("candidate", candidate.id.as_str()),
+                    ("attempt", &count_text(attempts)),
+                    ("outcome", "ok"),
                 ]));
                 return;
             }
@@ -140,10 +160,19 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: pipe::Sende
             }
             Attempt::Failed(failed) => failed,
         };
+        let turn = turn.get_or_insert_with(|| {
+            let policies = job
+                .route
+                .candidates
+                .iter()
+                .map(|c| Arc::clone(&c.policy))
+                .collect();
+            Turn::new(policies, Caller::Session)
+        });
         let mut failure = Failed {
             job: &job,
             down: &mut down,
-            turn: &mut turn,
+            turn,
             candidate: &candidate,
             attempts,
             protocol_name,
@@ -303,14 +332,19 @@ async fn restart_marker(job: &Job, down: &mut Downstream, attempts: u32, reason:
 }
 
 /// Commits a streaming response with rebound's own headers (a keep-alive before content).
-fn commit_stream(down: &mut Downstream, candidate: &Candidate, route: &str, attempts: u32) -> bool {
+fn commit_stream(
+    down: &mut Downstream,
+    candidate: &Candidate,
+    route: &Route,
+    attempts: u32,
+) -> bool {
     let mut headers = HeaderMap::new();
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    rebound_headers(&mut headers, attempts, &candidate.id, route);
+    rebound_headers(&mut headers, attempts, candidate, route);
     down.respond(Head {
         status: StatusCode::OK,
         headers,
@@ -339,7 +373,7 @@ async fn wait_for(
         }
         remaining -= step;
         if job.stream && !remaining.is_zero() {
-            if !down.committed() && !commit_stream(down, candidate, &job.route.id, attempts) {
+            if !down.committed() && !commit_stream(down, candidate, &job.route, attempts) {
                 return false;
             }
             let comment = format!(": {}\n\n", status.text(gateway.clock.now()));
@@ -425,7 +459,7 @@ async fn terminal(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
+    rebound_headers(&mut headers, attempts, candidate, &job.route);
     down.respond(Head {
         status,
         headers,
@@ -440,6 +474,14 @@ mod tests {
 
     fn inside(buffer: &Bytes, bytes: &[u8]) -> bool {
         buffer.as_ptr_range().contains(&bytes.as_ptr())
+    }
+
+    #[test]
+    fn counts_read_the_same_in_headers_and_logs() {
+        for n in [0, 1, 9, 10, 12, 4_000_000_000] {
+            assert_eq!(super::count_header(n), n.to_string().as_str());
+            assert_eq!(super::count_text(n), n.to_string());
+        }
     }
 
     #[test]
@@ -494,12 +536,12 @@ mod tests {
         };
         let (head, _) = tokio::sync::oneshot::channel();
         let (body, _) = super::pipe::pipe();
-        let run = std::mem::size_of_val(&super::run(job(), head, body));
+        let run = std::mem::size_of_val(&super::run(job(), head, Some(body)));
         let (head, _) = tokio::sync::oneshot::channel();
         let (body, _) = super::pipe::pipe();
         let mut down = super::Downstream {
             head: Some(head),
-            body,
+            body: Some(body),
         };
         let job = job();
         let attempt =

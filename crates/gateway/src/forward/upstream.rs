@@ -78,7 +78,9 @@ fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Byt
         .version(candidate.version())
         .body(Full::new(candidate.body_for(&job.body)))?;
     let strip_auth = candidate.api_key.is_some() || !job.gateway.config.gateway_keys.is_empty();
+    // Room for the client's headers and the few added here, so the map grows at most once.
     let headers = request.headers_mut();
+    headers.reserve(job.headers.len() + 4);
     for (name, value) in &job.headers {
         let name_str = name.as_str();
         if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
@@ -89,18 +91,21 @@ fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Byt
         }
         headers.append(name.clone(), value.clone());
     }
+    if let Some(host) = candidate.host() {
+        headers.insert(header::HOST, host);
+    }
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
     }
-    candidate.authorize(headers).map_err(http::Error::from)?;
+    candidate.authorize(headers);
     Ok(request)
 }
 
 fn transport_failure(
-    base: &Evidence,
+    base: Evidence,
     failure: TransportFailure,
     phase: Phase,
     delivered: bool,
@@ -110,7 +115,7 @@ fn transport_failure(
             transport: Some(failure.kind),
             body: Some(failure.message),
             phase,
-            ..base.clone()
+            ..base
         },
         delivered,
         error_forwarded: false,
@@ -125,7 +130,8 @@ pub(super) async fn attempt(
     attempts: u32,
 ) -> Attempt {
     let gateway = &job.gateway;
-    let base = Evidence {
+    // Evidence starts from this; made only when needed, as most attempts succeed.
+    let base = || Evidence {
         provider: Some(candidate.provider.clone()),
         ..Evidence::default()
     };
@@ -136,7 +142,7 @@ pub(super) async fn attempt(
                 kind: TransportKind::ConnectionRefused,
                 message: format!("the upstream request could not be built: {e}"),
             };
-            return transport_failure(&base, failure, Phase::Setup, false);
+            return transport_failure(base(), failure, Phase::Setup, false);
         }
     };
     let sent = tokio::select! {
@@ -146,7 +152,7 @@ pub(super) async fn attempt(
     };
     let response = match sent {
         Ok(response) => response,
-        Err(failure) => return transport_failure(&base, failure, Phase::Setup, false),
+        Err(failure) => return transport_failure(base(), failure, Phase::Setup, false),
     };
     let (parts, mut body) = response.into_parts();
     let idle = gateway.client.timeouts().idle;
@@ -172,7 +178,7 @@ pub(super) async fn attempt(
                 status: Some(parts.status.as_u16()),
                 headers,
                 body: Some(String::from_utf8_lossy(&bytes).into_owned()),
-                ..base
+                ..base()
             },
             delivered: false,
             error_forwarded: false,
@@ -185,12 +191,12 @@ pub(super) async fn attempt(
     let status = parts.status;
     // The upstream's head shares the connection's read buffer; a stream does not keep it.
     drop(parts);
-    rebound_headers(&mut headers, attempts, &candidate.id, &job.route.id);
+    rebound_headers(&mut headers, attempts, candidate, &job.route);
     if !job.stream {
         let bytes = match Box::pin(read_body(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
             Ok(bytes) => bytes,
             Err(None) => return Attempt::ClientGone,
-            Err(Some(failure)) => return transport_failure(&base, failure, Phase::Setup, false),
+            Err(Some(failure)) => return transport_failure(base(), failure, Phase::Setup, false),
         };
         // A success that is not JSON is a broken answer, not an answer: it has not reached
         // the client yet, so it is retried like a cut body.
@@ -203,7 +209,7 @@ pub(super) async fn attempt(
                     bytes.len()
                 ),
             };
-            return transport_failure(&base, failure, Phase::Setup, false);
+            return transport_failure(base(), failure, Phase::Setup, false);
         }
         headers.remove(header::CONTENT_LENGTH);
         return if down.respond(Head {
@@ -216,6 +222,6 @@ pub(super) async fn attempt(
             Attempt::ClientGone
         };
     }
-    let relay = super::relay::Relay::new(job.protocol, job.restart, status, headers, base);
+    let relay = super::relay::Relay::new(job.protocol, job.restart, status, headers, base());
     Box::pin(super::relay::relay(job, relay, &mut body, down)).await
 }

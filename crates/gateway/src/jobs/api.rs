@@ -169,24 +169,7 @@ async fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Respo
     };
     let (protocol, model) = (submit.protocol, submit.model.as_str());
     let route = match &submit.route {
-        Some(id) => gateway
-            .config
-            .routes
-            .iter()
-            .find(|r| &r.id == id)
-            .and_then(|r| {
-                let candidates: Vec<_> = r
-                    .candidates
-                    .iter()
-                    .filter(|c| c.protocol == protocol)
-                    .cloned()
-                    .collect();
-                (!candidates.is_empty()).then(|| crate::config::Route {
-                    id: r.id.clone(),
-                    models: r.models.clone(),
-                    candidates,
-                })
-            }),
+        Some(id) => gateway.config.routes.by_id(id, protocol),
         None => gateway.config.route(model, protocol),
     };
     let Some(route) = route else {

@@ -209,13 +209,7 @@ async fn send(
             transport: Some(rebound_core::TransportKind::ConnectionRefused),
             ..base.clone()
         })?;
-    candidate
-        .authorize(request.headers_mut())
-        .map_err(|_| Evidence {
-            body: Some("the candidate's key is not a valid header value".into()),
-            transport: Some(rebound_core::TransportKind::ConnectionRefused),
-            ..base.clone()
-        })?;
+    candidate.authorize(request.headers_mut());
     let response = gateway
         .client
         .send(request)

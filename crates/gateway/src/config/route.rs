@@ -1,0 +1,316 @@
+//! Routes and candidates: where a request may go. What every request to a candidate needs
+//! (its endpoint, its credential header, the `x-rebound-*` header values) is derived once,
+//! when the configuration loads, so a request clones shared values instead of building them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::{HeaderName, HeaderValue, Uri};
+use rebound_core::Policy;
+use rebound_runtime::Protocol;
+
+/// One upstream that can serve a request.
+#[derive(Clone)]
+pub struct Candidate {
+    /// Its id.
+    pub id: String,
+    /// Its protocol.
+    pub protocol: Protocol,
+    /// Base URL, as the official SDKs take it.
+    pub base_url: String,
+    /// The key from the environment; `None` forwards the client's key (when gateway keys are
+    /// off) or sends none.
+    pub api_key: Option<String>,
+    /// The model it serves; rewrites the request's `model`.
+    pub model: Option<String>,
+    /// The provider name the catalogue knows.
+    pub provider: String,
+    /// Speak HTTP/2 to it: one connection carries every concurrent request.
+    pub http2: bool,
+    /// Its per-class policy (D1).
+    pub policy: Arc<Policy>,
+    endpoint: Uri,
+    /// `Host` for HTTP/1.1 (HTTP/2 names the authority in the request itself).
+    host: Option<HeaderValue>,
+    id_header: HeaderValue,
+    credential: Option<(HeaderName, HeaderValue)>,
+}
+
+/// A candidate as the configuration declares it.
+pub(super) struct Declared {
+    pub(super) id: String,
+    pub(super) protocol: Protocol,
+    pub(super) base_url: String,
+    pub(super) api_key: Option<String>,
+    pub(super) api_key_env: Option<String>,
+    pub(super) model: Option<String>,
+    pub(super) provider: String,
+    pub(super) http2: bool,
+    pub(super) policy: Arc<Policy>,
+}
+
+impl fmt::Debug for Candidate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Candidate")
+            .field("id", &self.id)
+            .field("protocol", &self.protocol)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
+            .field("model", &self.model)
+            .field("provider", &self.provider)
+            .field("http2", &self.http2)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Candidate {
+    /// A declared candidate, with what its requests need derived. An error names the field
+    /// (`base_url`, `api_key_env`) and never shows the key.
+    pub(super) fn new(declared: Declared) -> Result<Self, (&'static str, String)> {
+        let Declared {
+            id,
+            protocol,
+            base_url,
+            api_key,
+            api_key_env,
+            model,
+            provider,
+            http2,
+            policy,
+        } = declared;
+        let endpoint = match protocol {
+            Protocol::OpenAi => format!("{base_url}/chat/completions"),
+            Protocol::Anthropic => format!("{base_url}/v1/messages"),
+        };
+        let endpoint = endpoint
+            .parse::<Uri>()
+            .map_err(|e| ("base_url", format!("`{endpoint}` is not a valid URL: {e}")))?;
+        let default_port = if endpoint.scheme_str() == Some("https") {
+            443
+        } else {
+            80
+        };
+        let host = match endpoint.host() {
+            _ if http2 => None,
+            None => None,
+            Some(host) => match endpoint.port_u16() {
+                Some(port) if port != default_port => {
+                    HeaderValue::from_str(&format!("{host}:{port}")).ok()
+                }
+                _ => HeaderValue::from_str(host).ok(),
+            },
+        };
+        let id_header = HeaderValue::from_str(&id)
+            .map_err(|_| ("id", "an id is letters, digits, `-` and `_`".to_owned()))?;
+        let credential = match &api_key {
+            None => None,
+            Some(key) => {
+                let (name, value) = match protocol {
+                    Protocol::OpenAi => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+                    Protocol::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
+                };
+                let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                    (
+                        "api_key_env",
+                        format!(
+                            "the key in `{}` holds characters a header cannot carry",
+                            api_key_env.as_deref().unwrap_or_default()
+                        ),
+                    )
+                })?;
+                value.set_sensitive(true);
+                Some((name, value))
+            }
+        };
+        Ok(Candidate {
+            id,
+            protocol,
+            base_url,
+            api_key,
+            model,
+            provider,
+            http2,
+            policy,
+            endpoint,
+            host,
+            id_header,
+            credential,
+        })
+    }
+
+    /// The model endpoint: `{base}/chat/completions` or `{base}/v1/messages`.
+    pub fn endpoint(&self) -> Uri {
+        self.endpoint.clone()
+    }
+
+    /// Its id, as the `x-rebound-candidate` header value.
+    pub(crate) fn id_header(&self) -> HeaderValue {
+        self.id_header.clone()
+    }
+
+    /// The HTTP version its requests ask for.
+    pub fn version(&self) -> http::Version {
+        if self.http2 {
+            http::Version::HTTP_2
+        } else {
+            http::Version::HTTP_11
+        }
+    }
+
+    /// `body` with its top-level `model` rewritten to this candidate's, when it names one.
+    pub fn body_for(&self, body: &bytes::Bytes) -> bytes::Bytes {
+        self.model
+            .as_deref()
+            .and_then(|model| crate::body::rewrite_model(body, model))
+            .map_or_else(|| body.clone(), bytes::Bytes::from)
+    }
+
+    /// The `Host` header of its HTTP/1.1 requests, as the HTTP client would otherwise build
+    /// on every request.
+    pub(crate) fn host(&self) -> Option<HeaderValue> {
+        self.host.clone()
+    }
+
+    /// Sets this candidate's key (marked sensitive, so it is never printed) and the headers
+    /// its protocol requires.
+    pub fn authorize(&self, headers: &mut http::HeaderMap) {
+        if let Some((name, value)) = &self.credential {
+            headers.insert(name.clone(), value.clone());
+        }
+        if self.protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {
+            headers.insert(
+                "anthropic-version",
+                http::HeaderValue::from_static("2023-06-01"),
+            );
+        }
+    }
+}
+
+/// A model pattern → ordered candidates.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Its id, reported in `x-rebound-route-id`.
+    pub id: String,
+    /// Model names or `*` patterns.
+    pub models: Vec<String>,
+    /// Candidates, in order.
+    pub candidates: Vec<Arc<Candidate>>,
+    id_header: HeaderValue,
+}
+
+impl Route {
+    /// A route; its id becomes a header value, so it may not hold control characters.
+    pub(super) fn new(
+        id: String,
+        models: Vec<String>,
+        candidates: Vec<Arc<Candidate>>,
+    ) -> Result<Self, String> {
+        let id_header = HeaderValue::from_str(&id)
+            .map_err(|_| "an id may not hold control characters".to_owned())?;
+        Ok(Route {
+            id,
+            models,
+            candidates,
+            id_header,
+        })
+    }
+
+    /// Its id, as the `x-rebound-route-id` header value.
+    pub(crate) fn id_header(&self) -> HeaderValue {
+        self.id_header.clone()
+    }
+
+    /// This route as `protocol`'s requests see it: only the candidates that speak it.
+    fn speaking(&self, protocol: Protocol) -> Option<Route> {
+        let candidates: Vec<_> = self
+            .candidates
+            .iter()
+            .filter(|c| c.protocol == protocol)
+            .cloned()
+            .collect();
+        (!candidates.is_empty()).then(|| Route {
+            candidates,
+            ..self.clone()
+        })
+    }
+}
+
+/// The routes, in order, with each one's per-protocol view made once.
+#[derive(Clone, Debug)]
+pub struct Routes {
+    all: Vec<Route>,
+    /// For each route: its OpenAI view, then its Anthropic view.
+    views: Vec<[Option<Arc<Route>>; 2]>,
+}
+
+impl Routes {
+    pub(super) fn new(all: Vec<Route>) -> Self {
+        let views = all
+            .iter()
+            .map(|r| {
+                [Protocol::OpenAi, Protocol::Anthropic]
+                    .map(|protocol| r.speaking(protocol).map(Arc::new))
+            })
+            .collect();
+        Routes { all, views }
+    }
+
+    /// The first route for `model` with a candidate on `protocol`, with only that protocol's
+    /// candidates.
+    pub fn find(&self, model: &str, protocol: Protocol) -> Option<Arc<Route>> {
+        self.all
+            .iter()
+            .zip(&self.views)
+            .filter(|(route, _)| route.models.iter().any(|p| matches_pattern(p, model)))
+            .find_map(|(_, views)| views[slot(protocol)].clone())
+    }
+
+    /// The route `id`, with only `protocol`'s candidates.
+    pub fn by_id(&self, id: &str, protocol: Protocol) -> Option<Arc<Route>> {
+        self.all
+            .iter()
+            .position(|r| r.id == id)
+            .and_then(|i| self.views[i][slot(protocol)].clone())
+    }
+}
+
+impl std::ops::Deref for Routes {
+    type Target = [Route];
+
+    fn deref(&self) -> &[Route] {
+        &self.all
+    }
+}
+
+fn slot(protocol: Protocol) -> usize {
+    match protocol {
+        Protocol::OpenAi => 0,
+        Protocol::Anthropic => 1,
+    }
+}
+
+/// `*` matches any run of characters; everything else matches itself.
+///
+/// ```
+/// use rebound_gateway::config::matches_pattern;
+///
+/// assert!(matches_pattern("claude-*", "claude-sonnet-4-5"));
+/// assert!(!matches_pattern("gpt-*", "o3"));
+/// ```
+pub fn matches_pattern(pattern: &str, name: &str) -> bool {
+    let Some((first, rest)) = pattern.split_once('*') else {
+        return pattern == name;
+    };
+    let (middle, last) = rest.rsplit_once('*').unwrap_or(("", rest));
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
+        return false;
+    }
+    let mut rest = &name[first.len()..name.len() - last.len()];
+    for part in middle.split('*') {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
