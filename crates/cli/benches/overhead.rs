@@ -35,7 +35,20 @@ const STREAM_BODY: &str =
 struct Proc(Child);
 
 impl Drop for Proc {
+    /// Asks the process to stop (nginx's master then stops its workers, which a kill would
+    /// leave running), and kills it if it has not within two seconds.
     fn drop(&mut self) {
+        let pid = rustix::process::Pid::from_raw(self.0.id() as i32);
+        if let Some(pid) = pid {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
