@@ -1,11 +1,17 @@
 //! Client request bodies at the gateway: peeking at `model`/`stream` and rewriting `model`
-//! must never panic, and a rewrite keeps the body JSON with only its model changed.
+//! must never panic, the peeked model is the one serde_json reads, and a rewrite keeps the
+//! body JSON with only its model changed.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use rebound_gateway::body::{model_span, peek, rewrite_model};
 
 fuzz_target!(|data: &[u8]| {
+    // The borrowing peek reads the same model as a plain parse (escapes included).
+    if let (Ok(peeked), Ok(value)) = (peek(data), serde_json::from_slice::<serde_json::Value>(data))
+    {
+        assert_eq!(peeked.model.as_deref(), value["model"].as_str());
+    }
     if peek(data).is_ok()
         && let Some(rewritten) = rewrite_model(data, "fuzz-model")
     {

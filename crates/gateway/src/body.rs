@@ -62,6 +62,8 @@ fn borrowed<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Cow<'de, st
 pub enum PeekError {
     /// JSON must be UTF-8; this body is not.
     NotUtf8,
+    /// Valid JSON, but not an object.
+    NotObject,
     /// The body is not JSON, or `model`/`stream` have the wrong types.
     Json(serde_json::Error),
 }
@@ -71,7 +73,16 @@ pub enum PeekError {
 /// and a gateway must not forward what it would refuse to read.
 pub fn peek(body: &[u8]) -> Result<Peek<'_>, PeekError> {
     let text = std::str::from_utf8(body).map_err(|_| PeekError::NotUtf8)?;
-    serde_json::from_str(text).map_err(PeekError::Json)
+    let peeked = serde_json::from_str::<Peek<'_>>(text);
+    // serde reads a struct from an array too (`["gpt-4o", true]`): a request is an object.
+    let object = text
+        .trim_start_matches([' ', '\t', '\n', '\r'])
+        .starts_with('{');
+    match peeked {
+        Err(e) if e.is_syntax() || e.is_eof() => Err(PeekError::Json(e)),
+        _ if !object => Err(PeekError::NotObject),
+        other => other.map_err(PeekError::Json),
+    }
 }
 
 /// The byte range of the top-level `"model"` value (a JSON string, quotes included) in a
@@ -182,6 +193,23 @@ fn value_end(body: &[u8], i: usize) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `request_body` fuzz target: serde reads a struct from a JSON array, so
+    /// `[""]` passed as a request for the model "".
+    #[test]
+    fn fuzz_found_a_body_that_is_not_an_object_is_refused() {
+        for body in [
+            &b"[\"\"]"[..],
+            b" [\"gpt-4o\", true]",
+            b"\"gpt-4o\"",
+            b"5",
+            b"null",
+        ] {
+            assert!(matches!(peek(body), Err(PeekError::NotObject)), "{body:?}");
+        }
+        assert!(matches!(peek(b"[\"gpt"), Err(PeekError::Json(e)) if e.is_eof()));
+        assert!(peek(b" \n{\"model\":\"m\"}").is_ok());
+    }
 
     #[test]
     fn the_model_is_borrowed_unless_escaped() {

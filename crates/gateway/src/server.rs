@@ -405,6 +405,9 @@ async fn model_request(
                 crate::body::PeekError::NotUtf8 => {
                     "the request body is not UTF-8, as JSON must be".to_owned()
                 }
+                crate::body::PeekError::NotObject => {
+                    "the request body must be a JSON object".to_owned()
+                }
                 crate::body::PeekError::Json(e) if e.is_syntax() || e.is_eof() => format!(
                     "the request body is not valid JSON (line {}, column {})",
                     e.line(),

@@ -44,6 +44,21 @@ async fn malformed_json_is_a_400_in_the_protocols_shape() {
             .unwrap()
             .contains("`model`")
     );
+    // Found by fuzzing: serde reads a struct from an array, so this passed as a request.
+    let reply = send(
+        g.server.addr(),
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        "[\"gpt-4o\", false]",
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "rebound: the request body must be a JSON object"
+    );
     assert_eq!(
         chaos.attempts("default"),
         0,
