@@ -6,8 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -42,8 +41,7 @@ async fn timer_anchor(mut stopped: watch::Receiver<bool>) {
 /// How long the accept loop pauses after a failed accept (out of file descriptors).
 const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Response bodies: whole, or fed by the forwarder.
-pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
+pub(crate) use crate::forward::Body;
 
 /// Everything a request needs, shared.
 pub struct Gateway {
@@ -222,11 +220,7 @@ pub(crate) fn full(
     content_type: &'static str,
     body: impl Into<Bytes>,
 ) -> Response<Body> {
-    let mut response = Response::new(
-        Full::new(body.into())
-            .map_err(|never| match never {})
-            .boxed(),
-    );
+    let mut response = Response::new(Body::whole(body));
     *response.status_mut() = status;
     response
         .headers_mut()

@@ -26,7 +26,7 @@ use rebound_core::{
 use rebound_runtime::Protocol;
 use tokio::sync::oneshot;
 
-pub(crate) use downstream::{ChannelBody, Downstream, Head};
+pub(crate) use downstream::{Body, Downstream, Head};
 pub(crate) use upstream::relayable;
 use upstream::{Attempt, FailedAttempt, attempt};
 

@@ -58,7 +58,8 @@ pub(super) struct FailedAttempt {
 /// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
 /// they will wait for a stream's commit point.
 pub(crate) fn relayable(upstream: &HeaderMap, detach: bool) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(upstream.len());
+    // Room for the `x-rebound-*` headers added next.
+    let mut out = HeaderMap::with_capacity(upstream.len() + 3);
     for (name, value) in upstream {
         if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
             continue;

@@ -4,7 +4,6 @@ use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
-use http_body_util::BodyExt;
 use rebound_core::policy::document::PolicyDocument;
 use rebound_core::{Caller, Turn};
 use rebound_runtime::Protocol;
@@ -331,8 +330,7 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
             }
         }
     });
-    let mut response =
-        http::Response::new(BodyExt::boxed(crate::forward::ChannelBody::new(body_rx)));
+    let mut response = http::Response::new(crate::forward::Body::Stream(body_rx));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
