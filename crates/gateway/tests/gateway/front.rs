@@ -16,49 +16,31 @@ const JSON: (&str, &str) = ("content-type", "application/json");
 async fn malformed_json_is_a_400_in_the_protocols_shape() {
     let chaos = chaos("ok").await;
     let g = gateway(SIMPLE, &chaos).await;
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/messages",
-        &[JSON],
-        "{\"model\": ",
-    )
-    .await;
-    assert_eq!(reply.status, 400);
-    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    assert_eq!(body["type"], "error");
-    assert_eq!(body["error"]["type"], "invalid_request_error");
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        "{\"messages\": []}",
-    )
-    .await;
-    assert_eq!(reply.status, 400);
-    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("`model`")
-    );
-    // Found by fuzzing: serde reads a struct from an array, so this passed as a request.
-    let reply = send(
-        g.server.addr(),
-        "POST",
-        "/v1/chat/completions",
-        &[JSON],
-        "[\"gpt-4o\", false]",
-    )
-    .await;
-    assert_eq!(reply.status, 400);
-    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
-    assert_eq!(
-        body["error"]["message"],
-        "rebound: the request body must be a JSON object"
-    );
+    let cases = [
+        ("/v1/messages", "{\"model\": ", "not valid JSON"),
+        (
+            "/v1/chat/completions",
+            "{\"messages\": []}",
+            "`model` is required",
+        ),
+        // Found by fuzzing: serde reads a struct from an array, so this passed as a request.
+        (
+            "/v1/chat/completions",
+            "[\"gpt-4o\", false]",
+            "must be a JSON object",
+        ),
+    ];
+    for (path, sent, said) in cases {
+        let reply = send(g.server.addr(), "POST", path, &[JSON], sent).await;
+        assert_eq!(reply.status, 400, "{sent}");
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(said), "{sent}: {message}");
+        if path == "/v1/messages" {
+            assert_eq!(body["type"], "error");
+            assert_eq!(body["error"]["type"], "invalid_request_error");
+        }
+    }
     assert_eq!(
         chaos.attempts("default"),
         0,
