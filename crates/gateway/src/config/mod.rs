@@ -257,17 +257,6 @@ pub fn load_with(
     let mut candidates: BTreeMap<String, Arc<Candidate>> = BTreeMap::new();
     for c in &parsed.candidate {
         let at = |field: &str| Some(format!("candidate.{}.{field}", c.id));
-        if !c
-            .id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-            || c.id.is_empty()
-        {
-            return Err(err(
-                Some(format!("candidate.{}.id", c.id)),
-                "an id is letters, digits, `-` and `_`".into(),
-            ));
-        }
         let protocol = match c.protocol.as_str() {
             "openai" => Protocol::OpenAi,
             "anthropic" => Protocol::Anthropic,

@@ -64,8 +64,8 @@ impl fmt::Debug for Candidate {
 }
 
 impl Candidate {
-    /// A declared candidate, with what its requests need derived. An error names the field
-    /// (`base_url`, `api_key_env`) and never shows the key.
+    /// A declared candidate, checked, with what its requests need derived. An error names the
+    /// field (`id`, `base_url`, `api_key_env`) and never shows the key.
     pub(super) fn new(declared: Declared) -> Result<Self, (&'static str, String)> {
         let Declared {
             id,
@@ -78,6 +78,14 @@ impl Candidate {
             http2,
             policy,
         } = declared;
+        let bad_id = || ("id", "an id is letters, digits, `-` and `_`".to_owned());
+        if id.is_empty()
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return Err(bad_id());
+        }
         let endpoint = match protocol {
             Protocol::OpenAi => format!("{base_url}/chat/completions"),
             Protocol::Anthropic => format!("{base_url}/v1/messages"),
@@ -100,8 +108,7 @@ impl Candidate {
                 _ => HeaderValue::from_str(host).ok(),
             },
         };
-        let id_header = HeaderValue::from_str(&id)
-            .map_err(|_| ("id", "an id is letters, digits, `-` and `_`".to_owned()))?;
+        let id_header = HeaderValue::from_str(&id).map_err(|_| bad_id())?;
         let credential = match &api_key {
             None => None,
             Some(key) => {

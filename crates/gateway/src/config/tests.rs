@@ -5,12 +5,12 @@ use rebound_core::policy::{Exhausted, Limit};
 use super::*;
 
 fn load_text(text: &str) -> Result<Config, ConfigError> {
-    load(
-        "rebound.toml",
-        text,
-        &Overrides::default(),
-        &[("OPENAI_API_KEY", "sk-test")],
-    )
+    load_env(text, [("OPENAI_API_KEY", "sk-test")])
+}
+
+/// `text` as `rebound.toml`, without overrides, in the environment `env`.
+fn load_env<const N: usize>(text: &str, env: [(&str, &str); N]) -> Result<Config, ConfigError> {
+    load("rebound.toml", text, &Overrides::default(), &env)
 }
 
 #[test]
@@ -77,6 +77,10 @@ fn errors_name_the_key() {
             "policy.transient.retries",
         ),
         ("listen = \"0.0.0.0:8080\"\n", "listen"),
+        (
+            "[[candidate]]\nid = \"a b\"\nprotocol = \"openai\"\nbase_url = \"http://x\"\n",
+            "candidate.a b.id",
+        ),
     ];
     for (text, key) in cases {
         let e = load_text(text).unwrap_err();
@@ -222,10 +226,10 @@ fn patterns() {
 #[test]
 fn non_loopback_needs_gateway_keys_and_upstream_keys() {
     let text = "listen = \"0.0.0.0:8080\"\ngateway_key_envs = [\"GW\"]\n[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"MISSING\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n";
-    let e = load("f", text, &Overrides::default(), &[("GW", "k1,k2")]).unwrap_err();
+    let e = load_env(text, [("GW", "k1,k2")]).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("candidate.a.api_key_env"));
     let ok = text.replace("api_key_env=\"MISSING\"\n", "");
-    let c = load("f", &ok, &Overrides::default(), &[("GW", "k1,k2")]).unwrap();
+    let c = load_env(&ok, [("GW", "k1,k2")]).unwrap();
     assert_eq!(c.gateway_keys, ["k1", "k2"]);
 }
 
@@ -234,13 +238,7 @@ fn non_loopback_needs_gateway_keys_and_upstream_keys() {
 #[test]
 fn header_values_are_checked_at_load() {
     let text = "[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"KEY\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n";
-    let e = load(
-        "f",
-        text,
-        &Overrides::default(),
-        &[("KEY", "sk-line\nbreak")],
-    )
-    .unwrap_err();
+    let e = load_env(text, [("KEY", "sk-line\nbreak")]).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("candidate.a.api_key_env"), "{e}");
     assert!(e.to_string().contains("`KEY`"), "{e}");
     assert!(!e.to_string().contains("sk-line"), "the key leaked: {e}");
@@ -248,7 +246,7 @@ fn header_values_are_checked_at_load() {
     let e = load_text(&text.replace("id=\"r\"", "id=\"r\\u0001\"")).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("route.r\u{1}.id"), "{e}");
 
-    let c = load("f", text, &Overrides::default(), &[("KEY", "sk-fine")]).unwrap();
+    let c = load_env(text, [("KEY", "sk-fine")]).unwrap();
     let route = c.route("m", Protocol::OpenAi).unwrap();
     let candidate = &route.candidates[0];
     assert_eq!(candidate.endpoint(), "http://x/v1/chat/completions");

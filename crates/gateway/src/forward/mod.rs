@@ -100,9 +100,9 @@ const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
 
 /// A count as a header value; the usual small ones without an allocation.
 fn count_header(n: u32) -> HeaderValue {
-    match DIGITS.get(n as usize) {
-        Some(digit) => HeaderValue::from_static(digit),
-        None => HeaderValue::from(n),
+    match count_text(n) {
+        Cow::Borrowed(digit) => HeaderValue::from_static(digit),
+        Cow::Owned(_) => HeaderValue::from(n),
     }
 }
 
