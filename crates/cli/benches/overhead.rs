@@ -186,6 +186,11 @@ async fn fixed_rate(
     out
 }
 
+/// A load generator's client: rebound's own, which never retries, so a count is a count.
+fn new_client() -> std::sync::Arc<HttpClient> {
+    std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap())
+}
+
 /// One request: its latency, or for a stream the time to its first token.
 async fn timed(client: &HttpClient, addr: SocketAddr, stream: bool) -> Option<Duration> {
     // Latency from the moment of sending: the timer's millisecond granularity would
@@ -251,7 +256,7 @@ struct Held {
 async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, n: usize) -> Held {
     let before = rss_kib(gateway_pid);
     let upstream_before = rss_kib(upstream_pid);
-    let client = std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap());
+    let client = new_client();
     let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<()>(n);
     let mut held = Vec::with_capacity(n);
     for _ in 0..n {
@@ -285,14 +290,7 @@ async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(gateway_pid);
     let upstream_after = rss_kib(upstream_pid);
-    let others = fixed_rate(
-        &std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap()),
-        gateway,
-        false,
-        200,
-        1,
-    )
-    .await;
+    let others = fixed_rate(&new_client(), gateway, false, 200, 1).await;
     for task in held {
         task.abort();
     }
@@ -466,10 +464,7 @@ fn latency(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
             "whole response"
         };
         // One client per path, kept across rounds, as an agent keeps its connections.
-        let clients: Vec<_> = paths
-            .iter()
-            .map(|_| std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap()))
-            .collect();
+        let clients: Vec<_> = paths.iter().map(|_| new_client()).collect();
         // Rounds alternate the paths, so a noisy second on a shared machine falls on all of
         // them alike, and one stall does not decide a percentile. Each round follows a second
         // of the same load on its path: the figures are the steady state at this rate, not
@@ -519,10 +514,7 @@ fn cold(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
         IDLE.as_secs()
     );
     println!("  {:<24} {:>10}", "path", "latency");
-    let clients: Vec<_> = paths
-        .iter()
-        .map(|_| std::sync::Arc::new(HttpClient::new(Timeouts::default()).unwrap()))
-        .collect();
+    let clients: Vec<_> = paths.iter().map(|_| new_client()).collect();
     let mut samples = vec![Vec::new(); paths.len()];
     for round in 0..=SAMPLES {
         for (((_, addr), client), samples) in paths.iter().zip(&clients).zip(samples.iter_mut()) {
