@@ -4,6 +4,7 @@
 //! Run: `cargo bench -p rebound --bench overhead`, or name sections to run only those:
 //! `cargo bench -p rebound --bench overhead -- saturation latency cold idle`. `streams=N` sets how
 //! many idle streams are held open (2,000 by default).
+//! A "tcp relay" row copies bytes with no HTTP work: the floor of one extra hop here.
 //! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
 //! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
 //! the open-loop generator below (requests start on a fixed schedule whatever the answers do,
@@ -87,6 +88,51 @@ fn serve(chaos: SocketAddr, extra: &[&str]) -> (Proc, SocketAddr) {
     ];
     args.extend_from_slice(extra);
     rebound(&args)
+}
+
+/// The environment variable that makes this program the byte relay instead of the benchmark.
+const RELAY_ENV: &str = "REBOUND_BENCH_RELAY_TO";
+
+/// The floor of one extra hop: a process that copies bytes both ways between each client
+/// connection and its own upstream connection, with no HTTP work at all. Any HTTP proxy on
+/// this machine pays at least what this pays.
+fn relay(upstream: SocketAddr) -> (Proc, SocketAddr) {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(RELAY_ENV, upstream.to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the relay starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (Proc(child), line.trim().parse().unwrap())
+}
+
+/// Runs the relay (in the child process) until killed. One thread, as `rebound serve` runs.
+fn run_relay(upstream: SocketAddr) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        println!("{}", listener.local_addr().unwrap());
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                    return;
+                };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+            });
+        }
+    });
 }
 
 fn free_port() -> u16 {
@@ -318,10 +364,15 @@ fn wanted(section: &str) -> bool {
 }
 
 fn main() {
+    if let Ok(upstream) = std::env::var(RELAY_ENV) {
+        run_relay(upstream.parse().expect("the relay's upstream address"));
+        return;
+    }
     let (chaos_proc, chaos) =
         rebound(&["chaos", "--listen", "127.0.0.1:0", "--chunk-delay-ms", "0"]);
     let (gateway_proc, gateway) = serve(chaos, &[]);
     let proxy = nginx(chaos);
+    let (relay_proc, relayed) = relay(chaos);
     println!(
         "rebound overhead benchmark: loopback, {} cores, upstream rebound chaos (no faults)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
@@ -332,7 +383,7 @@ fn main() {
         .build()
         .unwrap();
     // The direct path comes first: the others' added latency is measured against it.
-    let mut paths = vec![("direct to chaos", chaos)];
+    let mut paths = vec![("direct to chaos", chaos), ("tcp relay (floor)", relayed)];
     if let Some((_, addr)) = &proxy {
         paths.push(("nginx proxy_pass", *addr));
     }
@@ -398,6 +449,7 @@ fn main() {
         }
     }
     drop(proxy);
+    drop(relay_proc);
     drop(gateway_proc);
     drop(chaos_proc);
 }
