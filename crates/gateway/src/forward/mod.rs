@@ -80,20 +80,42 @@ pub(crate) fn detached_body(body: Bytes) -> Bytes {
     }
 }
 
+/// rebound's response headers (G6), and the name each has in [`final_figures`].
+const REBOUND_HEADERS: [(&str, &str); 3] = [
+    ("x-rebound-attempts", "attempts"),
+    ("x-rebound-candidate", "candidate"),
+    ("x-rebound-route-id", "route"),
+];
+
 /// `x-rebound-attempts`, `x-rebound-candidate` and `x-rebound-route-id` (G6).
 fn rebound_headers(headers: &mut HeaderMap, attempts: u32, candidate: &Candidate, route: &Route) {
+    let [attempts_name, candidate_name, route_name] = REBOUND_HEADERS.map(|(name, _)| name);
     headers.insert(
-        HeaderName::from_static("x-rebound-attempts"),
+        HeaderName::from_static(attempts_name),
         count_header(attempts),
     );
     headers.insert(
-        HeaderName::from_static("x-rebound-candidate"),
+        HeaderName::from_static(candidate_name),
         candidate.id_header(),
     );
-    headers.insert(
-        HeaderName::from_static("x-rebound-route-id"),
-        route.id_header(),
-    );
+    headers.insert(HeaderName::from_static(route_name), route.id_header());
+}
+
+/// rebound's headers of the attempt that reached content, as an SSE comment: for a stream
+/// the countdown committed earlier, whose headers counted only the attempts made by then.
+/// `: rebound attempts=3 candidate=backup route=default`
+fn final_figures(headers: &HeaderMap) -> Bytes {
+    let mut line = String::from(": rebound");
+    for (header, name) in REBOUND_HEADERS {
+        if let Some(value) = headers.get(header).and_then(|v| v.to_str().ok()) {
+            line.push(' ');
+            line.push_str(name);
+            line.push('=');
+            line.push_str(value);
+        }
+    }
+    line.push_str("\n\n");
+    Bytes::from(line)
 }
 
 const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];

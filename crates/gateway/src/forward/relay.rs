@@ -56,15 +56,21 @@ pub(super) async fn relay(
         };
         // Only the bytes to send stay alive across the awaits below, not the whole step.
         let Step { commit, send, end } = relay.chunk(&data);
-        if let Some(headers) = commit
-            && !down.committed()
-            && !down.respond(Head {
-                status: relay.status,
-                headers,
-                body: None,
-            })
-        {
-            return Attempt::ClientGone;
+        if let Some(headers) = commit {
+            let delivered = if down.committed() {
+                // The countdown committed the response while an earlier attempt waited:
+                // its headers are spent, so the final figures go as a comment (G6).
+                down.send(super::final_figures(&headers)).await
+            } else {
+                down.respond(Head {
+                    status: relay.status,
+                    headers,
+                    body: None,
+                })
+            };
+            if !delivered {
+                return Attempt::ClientGone;
+            }
         }
         for bytes in send.into_iter().flatten() {
             if !down.send(bytes).await {

@@ -146,6 +146,15 @@ async fn a_streaming_client_hears_the_countdown_while_waiting() {
     );
     assert!(text.contains("data: [DONE]"), "{text}");
     assert_eq!(reply.header("content-type"), "text/event-stream");
+    // The headers went with the countdown, after one attempt; the attempt that reached
+    // content tells its own figures in a comment before it (G6).
+    assert_eq!(reply.header("x-rebound-attempts"), "1");
+    let figures = ": rebound attempts=2 candidate=oa route=main\n\n";
+    let first_data = text.find("data:").unwrap();
+    assert!(
+        text.find(figures).is_some_and(|at| at < first_data),
+        "{text}"
+    );
 }
 
 #[tokio::test]
