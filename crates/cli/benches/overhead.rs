@@ -55,22 +55,29 @@ impl Drop for Proc {
     }
 }
 
-/// Starts a rebound command and reads its listening address from the banner.
-fn rebound(args: &[&str]) -> (Proc, SocketAddr) {
-    let data = std::env::temp_dir().join(format!("rebound-bench-data-{}", std::process::id()));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
-        .args(args)
-        .env("XDG_DATA_HOME", data)
+/// Starts a program and reads its listening address: the last word of its first line.
+fn start(command: &mut Command) -> (Proc, SocketAddr) {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("rebound starts");
+        .expect("the program starts");
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let addr = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
     (Proc(child), addr)
+}
+
+/// Starts a rebound command.
+fn rebound(args: &[&str]) -> (Proc, SocketAddr) {
+    let data = std::env::temp_dir().join(format!("rebound-bench-data-{}", std::process::id()));
+    start(
+        Command::new(env!("CARGO_BIN_EXE_rebound"))
+            .args(args)
+            .env("XDG_DATA_HOME", data),
+    )
 }
 
 /// `rebound serve` in front of `chaos`, with `extra` flags.
@@ -97,17 +104,7 @@ const RELAY_ENV: &str = "REBOUND_BENCH_RELAY_TO";
 /// connection and its own upstream connection, with no HTTP work at all. Any HTTP proxy on
 /// this machine pays at least what this pays.
 fn relay(upstream: SocketAddr) -> (Proc, SocketAddr) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env(RELAY_ENV, upstream.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the relay starts");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    (Proc(child), line.trim().parse().unwrap())
+    start(Command::new(std::env::current_exe().unwrap()).env(RELAY_ENV, upstream.to_string()))
 }
 
 /// Runs the relay (in the child process) until killed. One thread, as `rebound serve` runs.
