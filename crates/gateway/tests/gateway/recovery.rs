@@ -128,6 +128,13 @@ async fn restart_clients_get_a_marker_then_the_replayed_stream() {
         after.contains("event: message_start"),
         "the replay starts the message again: {text}"
     );
+    // The headers counted one attempt; the replay's figures come before it (G6).
+    assert_eq!(reply.header("x-rebound-attempts"), "1");
+    let figures = after.find(": rebound attempts=2 candidate=an route=main\n\n");
+    assert!(
+        figures.is_some_and(|at| at < after.find("event: message_start").unwrap()),
+        "{text}"
+    );
     assert!(after.contains("event: message_stop"), "{text}");
     assert!(!text.contains("event: error"), "{text}");
     assert_eq!(chaos.attempts("default"), 2);
