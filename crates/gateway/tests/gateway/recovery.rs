@@ -130,9 +130,12 @@ async fn restart_clients_get_a_marker_then_the_replayed_stream() {
     );
     // The headers counted one attempt; the replay's figures come before it (G6).
     assert_eq!(reply.header("x-rebound-attempts"), "1");
-    let figures = after.find(": rebound attempts=2 candidate=an route=main\n\n");
     assert!(
-        figures.is_some_and(|at| at < after.find("event: message_start").unwrap()),
+        comes_before(
+            after,
+            "attempts=2 candidate=an route=main",
+            "event: message_start"
+        ),
         "{text}"
     );
     assert!(after.contains("event: message_stop"), "{text}");
@@ -156,11 +159,63 @@ async fn a_streaming_client_hears_the_countdown_while_waiting() {
     // The headers went with the countdown, after one attempt; the attempt that reached
     // content tells its own figures in a comment before it (G6).
     assert_eq!(reply.header("x-rebound-attempts"), "1");
-    let figures = ": rebound attempts=2 candidate=oa route=main\n\n";
-    let first_data = text.find("data:").unwrap();
     assert!(
-        text.find(figures).is_some_and(|at| at < first_data),
+        comes_before(&text, "attempts=2 candidate=oa route=main", "data:"),
         "{text}"
+    );
+}
+
+/// `text` has the comment `: rebound {figures}` before the first `marker`.
+fn comes_before(text: &str, figures: &str, marker: &str) -> bool {
+    let comment = format!(": rebound {figures}\n\n");
+    match (text.find(&comment), text.find(marker)) {
+        (Some(at), Some(first)) => at < first,
+        _ => false,
+    }
+}
+
+#[tokio::test]
+async fn after_the_countdown_a_fallback_names_the_candidate_that_served() {
+    // The first candidate asks for a 3 s wait (the countdown commits the headers, naming it),
+    // then rate-limits with a long reset, which its policy skips.
+    let first = chaos("503+retry-after:3, 429+retry-after:120").await;
+    let second = chaos("ok").await;
+    let config = format!(
+        r#"
+[[candidate]]
+id = "first"
+protocol = "openai"
+base_url = "{}"
+policy = {{ rate_limit = {{ retries = 0, exhausted = "skip" }} }}
+
+[[candidate]]
+id = "second"
+protocol = "openai"
+base_url = "{}"
+
+[[route]]
+id = "fallback"
+models = ["gpt-*"]
+candidates = ["first", "second"]
+"#,
+        first.openai_base_url(),
+        second.openai_base_url()
+    );
+    let g = gateway(&config, &first).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
+    let text = reply.text();
+    assert_eq!(reply.status, 200, "{text}");
+    assert_eq!(reply.header("x-rebound-candidate"), "first");
+    assert_eq!(reply.header("x-rebound-attempts"), "1");
+    assert!(text.starts_with(": Retrying in 2s"), "{text}");
+    assert!(
+        comes_before(&text, "attempts=3 candidate=second route=fallback", "data:"),
+        "{text}"
+    );
+    assert!(text.contains("data: [DONE]"), "{text}");
+    assert_eq!(
+        (first.attempts("default"), second.attempts("default")),
+        (2, 1)
     );
 }
 
