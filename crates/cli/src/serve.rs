@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
+use rebound_gateway::{
+    BatchedStderrLog, DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with,
+};
 use rebound_runtime::{HttpClient, Timeouts};
 use rebound_store::SqliteStore;
 
@@ -68,8 +70,15 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
     );
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
+    // Log lines gather while the runtime has work and are written when it is about to wait:
+    // never on a response's path, and one write for many lines under load.
+    let log = Arc::new(BatchedStderrLog::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_park({
+            let log = Arc::clone(&log);
+            move || log.flush()
+        })
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
@@ -92,7 +101,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         let store_path = config.store_path.clone();
         let store = SqliteStore::open(&store_path)
             .map_err(|e| bad_input(format!("durable routes at {}: {e}", store_path.display())))?;
-        let gateway = Gateway::new(config, client, Arc::new(catalogue)).with_jobs(Arc::new(store));
+        let gateway = Gateway::new(config, client, Arc::new(catalogue))
+            .with_jobs(Arc::new(store))
+            .with_log(log.clone());
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;

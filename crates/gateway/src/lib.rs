@@ -32,5 +32,5 @@ pub mod shape;
 pub use config::{
     Config, ConfigError, DEFAULT_CONFIG, Env, Overrides, ProcessEnv, load, load_with,
 };
-pub use log::{LogSink, MemoryLog, NoLog, StderrLog};
+pub use log::{BatchedStderrLog, LogSink, MemoryLog, NoLog, StderrLog};
 pub use server::{Gateway, Server};

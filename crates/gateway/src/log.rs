@@ -13,7 +13,8 @@ pub trait LogSink: Send + Sync {
     fn line(&self, line: &str);
 }
 
-/// Standard error.
+/// Standard error, one write per line as it comes. For a busy gateway, [`BatchedStderrLog`]
+/// keeps those writes off the requests' path.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct StderrLog;
 
@@ -32,6 +33,49 @@ impl LogSink for StderrLog {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// Standard error, written in batches: lines gather in memory and go out in one write when
+/// [`flush`](BatchedStderrLog::flush) is called, when 64 KiB have gathered, or when the log is
+/// dropped. `rebound serve` flushes it each time its runtime is about to wait for events
+/// (`on_thread_park`): a line never waits while the gateway is idle, and no request's
+/// response waits behind a write to standard error.
+#[derive(Debug, Default)]
+pub struct BatchedStderrLog(Mutex<Vec<u8>>);
+
+/// Gathered bytes that are written at once, without waiting for a flush.
+const BATCH_LIMIT: usize = 64 << 10;
+
+impl BatchedStderrLog {
+    /// Writes the lines gathered so far.
+    pub fn flush(&self) {
+        let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if !pending.is_empty() {
+            let _ = std::io::stderr().lock().write_all(&pending);
+            pending.clear();
+        }
+    }
+}
+
+impl LogSink for BatchedStderrLog {
+    fn line(&self, line: &str) {
+        let text = redact(line);
+        let full = {
+            let mut pending = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            pending.extend_from_slice(text.as_bytes());
+            pending.push(b'\n');
+            pending.len() >= BATCH_LIMIT
+        };
+        if full {
+            self.flush();
+        }
+    }
+}
+
+impl Drop for BatchedStderrLog {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -89,4 +133,36 @@ pub fn format_line<V: AsRef<str>>(pairs: &[(&str, V)]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BATCH_LIMIT, BatchedStderrLog, LogSink};
+
+    fn pending(log: &BatchedStderrLog) -> usize {
+        log.0.lock().unwrap().len()
+    }
+
+    #[test]
+    fn a_batch_gathers_redacted_lines_until_flushed_or_full() {
+        let log = BatchedStderrLog::default();
+        log.line("rebound outcome=ok key=sk-proj-abcdefghijklmnopqrstuvwxyz0123456789");
+        let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(
+            text.ends_with('\n') && !text.contains("abcdefghijklmnop"),
+            "{text}"
+        );
+        log.line("rebound outcome=ok");
+        assert_eq!(pending(&log), text.len() + "rebound outcome=ok\n".len());
+        log.flush();
+        assert_eq!(pending(&log), 0);
+        // A full batch goes out without waiting for a flush.
+        let long = "x".repeat(BATCH_LIMIT / 4);
+        for _ in 0..3 {
+            log.line(&long);
+        }
+        assert!(pending(&log) > 0);
+        log.line(&long);
+        assert_eq!(pending(&log), 0);
+    }
 }

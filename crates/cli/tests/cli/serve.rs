@@ -62,3 +62,70 @@ fn the_demo_runs_offline_and_prints_its_table() {
     assert_eq!(numbers[..4], [10, 1, 7, 2], "{stdout}");
     assert_eq!(numbers[4], 18, "{stdout}");
 }
+
+/// Starts `rebound` with `args`; its address (the banner's first line's last word) and stderr.
+fn start(args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(args)
+        .env(
+            "XDG_DATA_HOME",
+            std::env::temp_dir().join(format!("rebound-serve-log-{}", std::process::id())),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    std::thread::spawn(move || for _ in reader.lines() {});
+    let addr = first.trim().rsplit(' ').next().unwrap().to_owned();
+    (child, addr)
+}
+
+#[test]
+fn served_requests_are_logged_while_the_gateway_runs() {
+    use std::io::BufRead;
+    let (mut chaos, upstream) = start(&["chaos", "--listen", "127.0.0.1:0"]);
+    let openai = format!("http://{upstream}/v1");
+    let (mut serve, addr) = start(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--openai-upstream",
+        &openai,
+    ]);
+    let body = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    let reply = crate::http(
+        &addr,
+        &format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    // The line is written when the idle gateway waits for its next event, not at exit.
+    let stderr = std::io::BufReader::new(serve.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("a log line while the gateway runs");
+    assert!(
+        line.contains("outcome=ok") && line.contains("attempt=1"),
+        "{line}"
+    );
+    assert!(
+        serve.try_wait().unwrap().is_none(),
+        "the gateway is still running"
+    );
+    for child in [&mut serve, &mut chaos] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

@@ -168,9 +168,6 @@ pub(crate) async fn run(job: Job, head: oneshot::Sender<Head>, body: Option<pipe
                     gateway.metrics.recovery(class);
                 }
                 gateway.metrics.request(protocol_name, outcome);
-                // The log line is a write to stderr: the client's response goes out first (the
-                // connection's task runs before this one resumes), so it is not on its path.
-                tokio::task::yield_now().await;
                 gateway.log.line(&format_line(&[
                     ("route", job.route.id.as_str()),
                     ("candidate", candidate.id.as_str()),
