@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::{SIMPLE, anthropic_body, chaos, direct, gateway, openai_body, send};
+use rebound_chaos::Chaos;
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
@@ -180,28 +181,7 @@ async fn after_the_countdown_a_fallback_names_the_candidate_that_served() {
     // then rate-limits with a long reset, which its policy skips.
     let first = chaos("503+retry-after:3, 429+retry-after:120").await;
     let second = chaos("ok").await;
-    let config = format!(
-        r#"
-[[candidate]]
-id = "first"
-protocol = "openai"
-base_url = "{}"
-policy = {{ rate_limit = {{ retries = 0, exhausted = "skip" }} }}
-
-[[candidate]]
-id = "second"
-protocol = "openai"
-base_url = "{}"
-
-[[route]]
-id = "fallback"
-models = ["gpt-*"]
-candidates = ["first", "second"]
-"#,
-        first.openai_base_url(),
-        second.openai_base_url()
-    );
-    let g = gateway(&config, &first).await;
+    let g = gateway(&skip_on_rate_limit(&first, &second), &first).await;
     let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
     let text = reply.text();
     assert_eq!(reply.status, 200, "{text}");
@@ -250,11 +230,10 @@ async fn an_exhausted_overload_is_the_providers_own_status_and_shape() {
     assert_eq!(body["rebound"]["retryAttempt"], 10);
 }
 
-#[tokio::test]
-async fn a_429_with_a_long_reset_skips_to_the_next_candidate() {
-    let limited = chaos("429+retry-after:120").await;
-    let healthy = chaos("ok").await;
-    let config = format!(
+/// Route `fallback`: candidate `first` (at `first`), whose policy skips a rate limit at once,
+/// then `second`.
+fn skip_on_rate_limit(first: &Chaos, second: &Chaos) -> String {
+    format!(
         r#"
 [[candidate]]
 id = "first"
@@ -272,10 +251,16 @@ id = "fallback"
 models = ["gpt-*"]
 candidates = ["first", "second"]
 "#,
-        limited.openai_base_url(),
-        healthy.openai_base_url()
-    );
-    let g = gateway(&config, &limited).await;
+        first.openai_base_url(),
+        second.openai_base_url()
+    )
+}
+
+#[tokio::test]
+async fn a_429_with_a_long_reset_skips_to_the_next_candidate() {
+    let limited = chaos("429+retry-after:120").await;
+    let healthy = chaos("ok").await;
+    let g = gateway(&skip_on_rate_limit(&limited, &healthy), &limited).await;
     let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.header("x-rebound-candidate"), "second");
