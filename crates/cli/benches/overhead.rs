@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use rebound_runtime::{HttpClient, Timeouts};
 
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
@@ -242,7 +242,7 @@ async fn timed(client: &HttpClient, addr: SocketAddr, stream: bool) -> Option<Du
     let body = if stream { STREAM_BODY } else { BODY };
     let request = Request::post(format!("http://{addr}/v1/chat/completions"))
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(body.as_bytes())))
+        .body(Bytes::from_static(body.as_bytes()))
         .unwrap();
     let response = client.send(request).await.ok()?;
     let mut body = response.into_body();
@@ -309,7 +309,7 @@ async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, 
             let request = Request::post(format!("http://{gateway}/v1/chat/completions"))
                 .header("content-type", "application/json")
                 .header("x-chaos-key", "idle")
-                .body(Full::new(Bytes::from_static(STREAM_BODY.as_bytes())))
+                .body(Bytes::from_static(STREAM_BODY.as_bytes()))
                 .unwrap();
             let Ok(response) = client.send(request).await else {
                 return;
@@ -593,10 +593,10 @@ fn idle(
 ) {
     let set = Request::post(format!("http://{chaos}/chaos/scripts"))
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(format!(
+        .body(Bytes::from(format!(
             "{{\"idle\": \"{}\"}}",
             vec!["stall-after-1:120000"; streams].join(", ")
-        ))))
+        )))
         .unwrap();
     runtime.block_on(async {
         let client = HttpClient::new(Timeouts::default()).unwrap();

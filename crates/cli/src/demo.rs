@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use clap::Args;
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use rebound_chaos::{Chaos, ChaosConfig, parse_script};
 use rebound_core::Catalogue;
 use rebound_gateway::{Gateway, NoLog, Overrides, Server, load};
@@ -240,7 +240,7 @@ async fn one(
     let request = Request::post(format!("http://{addr}{path}"))
         .header("content-type", "application/json")
         .header("x-chaos-key", key)
-        .body(Full::new(Bytes::from(body)))?;
+        .body(Bytes::from(body))?;
     let started = Instant::now();
     let response = client
         .send(request)

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use http::Request;
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use rebound_runtime::{HttpClient, Timeouts};
 use serde_json::{Value, json};
 
@@ -81,7 +81,7 @@ impl Client {
         }
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         let request = request
-            .body(Full::new(Bytes::from(body)))
+            .body(Bytes::from(body))
             .map_err(|e| bad_input(format!("--gateway {}: {e}", self.base)))?;
         let response = self
             .http

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use rebound_runtime::Protocol;
 
 use crate::forward::relayable;
@@ -46,7 +46,7 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
     };
     let mut request = match Request::get(format!("{}/models", candidate.base_url))
         .version(candidate.version())
-        .body(Full::new(Bytes::new()))
+        .body(Bytes::new())
     {
         Ok(request) => request,
         Err(_) => return listed(),

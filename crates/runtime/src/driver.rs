@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink, Outcome};
-use crate::http::{HttpClient, Timeouts, TransportFailure, body_failure, read_body};
+use crate::http::{HttpClient, Timeouts, TransportFailure, read_body};
 use crate::provider::{ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
 
@@ -460,7 +460,7 @@ impl<'r> TurnDriver<'r> {
                     };
                     return Err(fail(failure, phase, delivered));
                 }
-                Ok(Some(Err(e))) => return Err(fail(body_failure(&e), phase, delivered)),
+                Ok(Some(Err(failure))) => return Err(fail(failure, phase, delivered)),
                 Ok(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => data,
                     Err(_) => continue,

@@ -7,7 +7,6 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, header};
-use http_body_util::Full;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -81,7 +80,7 @@ impl ModelResponse {
 
 impl Provider {
     /// The HTTP request for `body`, streaming or not.
-    pub fn request(&self, body: &Value, stream: bool) -> Result<Request<Full<Bytes>>, http::Error> {
+    pub fn request(&self, body: &Value, stream: bool) -> Result<Request<Bytes>, http::Error> {
         let mut body = body.clone();
         if let Value::Object(map) = &mut body {
             map.insert("model".into(), Value::String(self.model.clone()));
@@ -117,7 +116,7 @@ impl Provider {
             value.set_sensitive(true);
             builder = builder.header(auth, value);
         }
-        builder.body(Full::new(Bytes::from(body.to_string())))
+        builder.body(Bytes::from(body.to_string()))
     }
 
     /// Reads a whole (non-streaming) response body.

@@ -8,10 +8,9 @@
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use rebound_core::{Evidence, Phase, TransportKind};
 use rebound_runtime::Protocol;
-use rebound_runtime::http::{TransportFailure, body_failure};
+use rebound_runtime::http::{ResponseBody, TransportFailure};
 use rebound_runtime::provider::{StreamItem, stream_items};
 use rebound_runtime::sse::{SseEvent, SseFramer};
 
@@ -23,7 +22,7 @@ use super::upstream::{Attempt, FailedAttempt};
 pub(super) async fn relay(
     job: &Job,
     mut relay: Relay,
-    body: &mut Incoming,
+    body: &mut ResponseBody,
     down: &mut Downstream,
 ) -> Attempt {
     // The relay state comes built: a parameter is kept for the whole stream, and building it
@@ -48,7 +47,7 @@ pub(super) async fn relay(
                     message: "the stream ended before its final event".into(),
                 });
             }
-            Ok(Some(Err(e))) => return relay.failed(body_failure(&e)),
+            Ok(Some(Err(failure))) => return relay.failed(failure),
             Ok(Some(Ok(frame))) => match frame.into_data() {
                 Ok(data) => data,
                 Err(_) => continue,

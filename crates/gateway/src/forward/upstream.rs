@@ -3,7 +3,6 @@
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
-use http_body_util::Full;
 use rebound_core::{Evidence, Headers, Phase, TransportKind};
 use rebound_runtime::http::{TransportFailure, read_body};
 
@@ -74,10 +73,10 @@ pub(crate) fn relayable(upstream: &HeaderMap, detach: bool) -> HeaderMap {
     out
 }
 
-fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Full<Bytes>>, http::Error> {
+fn upstream_request(job: &Job, candidate: &Candidate) -> Result<Request<Bytes>, http::Error> {
     let mut request = Request::post(candidate.endpoint())
         .version(candidate.version())
-        .body(Full::new(candidate.body_for(&job.body)))?;
+        .body(candidate.body_for(&job.body))?;
     let strip_auth = candidate.api_key.is_some() || !job.gateway.config.gateway_keys.is_empty();
     // Room for the client's headers and the few added here, so the map grows at most once.
     let headers = request.headers_mut();
@@ -186,11 +185,11 @@ pub(super) async fn attempt(
             upstream_error: Some((parts.status, bytes)),
         });
     }
-    // A stream's headers wait for the commit point: detached from the upstream connection's
-    // read buffer (see `detached`).
+    // A stream's headers wait for the commit point: detached from whatever buffer they share
+    // (an HTTP/2 head's values can be slices of a frame's; see `detached`).
     let mut headers = relayable(&parts.headers, job.stream);
     let status = parts.status;
-    // The upstream's head shares the connection's read buffer; a stream does not keep it.
+    // A stream does not keep the upstream's head.
     drop(parts);
     rebound_headers(&mut headers, attempts, candidate, &job.route);
     if !job.stream {

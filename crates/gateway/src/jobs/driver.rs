@@ -5,10 +5,12 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Request, header};
-use http_body_util::{BodyExt, Full};
 use rebound_core::backoff::Jitter;
 use rebound_core::status::StopReason;
-use rebound_core::{Action, Caller, Evidence, Failure, Headers, Phase, Safety, Turn, WaitKind};
+use rebound_core::{
+    Action, Caller, Evidence, Failure, Headers, Phase, Safety, TransportKind, Turn, WaitKind,
+};
+use rebound_runtime::http::read_body;
 use rebound_store::{AttemptOp, AttemptRecord, JobRecord, JobState};
 use serde_json::json;
 
@@ -203,7 +205,7 @@ async fn send(
     let mut request = Request::post(candidate.endpoint())
         .version(candidate.version())
         .header(header::CONTENT_TYPE, "application/json")
-        .body(Full::new(body))
+        .body(body)
         .map_err(|e| Evidence {
             body: Some(e.to_string()),
             transport: Some(rebound_core::TransportKind::ConnectionRefused),
@@ -220,16 +222,34 @@ async fn send(
             phase: Phase::Setup,
             ..base.clone()
         })?;
-    let (parts, body) = response.into_parts();
-    let bytes = http_body_util::Limited::new(body, RESPONSE_LIMIT)
-        .collect()
-        .await
-        .map(|c| c.to_bytes().to_vec())
-        .map_err(|e| Evidence {
-            transport: Some(rebound_core::TransportKind::Truncated),
-            body: Some(e.to_string()),
-            ..base.clone()
-        })?;
+    let (parts, mut body) = response.into_parts();
+    let idle = gateway.client.timeouts().idle;
+    // One byte over the limit tells a body at the limit from a larger one.
+    let bytes = match read_body(&mut body, RESPONSE_LIMIT + 1, idle, std::future::pending()).await {
+        Ok(bytes) if bytes.len() > RESPONSE_LIMIT => {
+            return Err(Evidence {
+                transport: Some(rebound_core::TransportKind::Truncated),
+                body: Some(format!(
+                    "the response is larger than {} MiB",
+                    RESPONSE_LIMIT >> 20
+                )),
+                ..base
+            });
+        }
+        Ok(bytes) => bytes.to_vec(),
+        // `None` would mean cancelled, which a pending future never is.
+        Err(failure) => {
+            return Err(Evidence {
+                transport: Some(
+                    failure
+                        .as_ref()
+                        .map_or(TransportKind::Truncated, |f| f.kind),
+                ),
+                body: failure.map(|f| f.message),
+                ..base
+            });
+        }
+    };
     if parts.status.is_success() {
         return Ok((parts.status.as_u16(), bytes));
     }

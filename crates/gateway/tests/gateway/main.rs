@@ -19,7 +19,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderMap, Request, StatusCode};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use rebound_chaos::{Chaos, ChaosConfig, parse_script};
 use rebound_core::Catalogue;
 use rebound_gateway::{Gateway, MemoryLog, Overrides, Server, load};
@@ -145,9 +145,7 @@ pub(crate) async fn send(
     for (name, value) in headers {
         request = request.header(*name, *value);
     }
-    let request = request
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
+    let request = request.body(Bytes::from(body.to_owned())).unwrap();
     let response = client.send(request).await.unwrap();
     let (parts, body) = response.into_parts();
     let body = body

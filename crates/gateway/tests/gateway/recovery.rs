@@ -27,6 +27,32 @@ async fn retries_before_the_first_byte_are_invisible_and_bytes_are_relayed_untou
 }
 
 #[tokio::test]
+async fn upstream_connections_carry_answers_streams_and_errors_one_after_another() {
+    // A stream's reader stops at its final event, an error's at its body's end: both leave
+    // the connection ready for the next request, so one connection serves them all (B5: a
+    // reused connection is never a hidden retry; this only checks reuse).
+    let chaos = chaos("429+retry-after-ms:100, ok").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let bodies = [
+        openai_body(false),
+        openai_body(true),
+        anthropic_body(true),
+        openai_body(true),
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        let path = if i == 2 {
+            "/v1/messages"
+        } else {
+            "/v1/chat/completions"
+        };
+        let reply = g.post(path, body).await;
+        assert_eq!(reply.status, 200, "{i}: {}", reply.text());
+    }
+    assert_eq!(chaos.attempts("default"), 5);
+    assert_eq!(chaos.connections(), 1);
+}
+
+#[tokio::test]
 async fn anthropic_overloaded_right_after_message_start_is_retried_invisibly() {
     let expected = direct("/v1/messages", &anthropic_body(true)).await;
     // Waits of a second or less: no keep-alive comment precedes the stream.

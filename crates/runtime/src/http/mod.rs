@@ -1,27 +1,33 @@
 //! The one HTTP client under rebound: rustls, connection pooling, timeouts, and no retries of
 //! its own (B5).
 //!
-//! hyper-util's pooled client re-sends a request whose reused connection was closed before
-//! the request went out (`retry_canceled_requests`). That is a nested retry loop rebound
-//! cannot see or count, so it is switched off here; every attempt is the runtime's decision.
+//! HTTP/1.1 goes through rebound's own client ([`h1`]): the task that sends a request writes
+//! it and reads the answer itself, on a pooled connection, and a failed exchange is reported,
+//! never re-sent. A reused connection that the peer closed just before the request fails the
+//! attempt like any other reset; the runtime decides what follows.
 //!
-//! Requests go over HTTP/1.1 unless they ask for HTTP/2 (`Version::HTTP_2`): then over TLS the
-//! connection negotiates `h2` by ALPN, and over plain `http://` it speaks HTTP/2 from the first
-//! byte (prior knowledge). One HTTP/2 connection per upstream carries every concurrent
-//! request, so open streams cost a stream each rather than a connection each.
+//! Requests that ask for HTTP/2 (`Version::HTTP_2`) go through hyper's pooled client, with
+//! its re-sending of requests on closed connections (`retry_canceled_requests`) switched off.
+//! Over TLS the connection negotiates `h2` by ALPN, and over plain `http://` it speaks HTTP/2
+//! from the first byte (prior knowledge). One HTTP/2 connection per upstream carries every
+//! concurrent request, so open streams cost a stream each rather than a connection each.
+
+mod body;
+pub mod h1;
 
 use std::error::Error as StdError;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, Version};
+use http::{Request, Response, Version};
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rebound_core::TransportKind;
+
+pub use body::ResponseBody;
 
 /// Timeouts of one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,13 +60,24 @@ pub struct TransportFailure {
     pub message: String,
 }
 
+impl std::fmt::Display for TransportFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.kind.as_str())
+    }
+}
+
+impl StdError for TransportFailure {}
+
 /// The shared client.
 #[derive(Clone, Debug)]
 pub struct HttpClient {
-    http1: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http1: h1::Client,
     http2: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     timeouts: Timeouts,
 }
+
+/// How long an idle connection is kept for the next request.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// How often an idle HTTP/2 connection is pinged, and how long a ping may go unanswered
 /// before the connection (and every request on it) counts as broken.
@@ -82,13 +99,13 @@ impl HttpClient {
                 .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
                 .map(hyper_rustls::HttpsConnectorBuilder::https_or_http)
         };
-        let http1 = Client::builder(TokioExecutor::new())
-            .retry_canceled_requests(false)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build(tls()?.enable_http1().wrap_connector(tcp()));
+        let http1 = h1::Client::new(
+            tls()?.enable_http1().wrap_connector(tcp()),
+            POOL_IDLE_TIMEOUT,
+        );
         let http2 = Client::builder(TokioExecutor::new())
             .retry_canceled_requests(false)
-            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .timer(hyper_util::rt::TokioTimer::new())
             .http2_only(true)
@@ -108,20 +125,32 @@ impl HttpClient {
         self.timeouts
     }
 
+    /// HTTP/1.1 connections waiting for a request.
+    pub fn idle_connections(&self) -> usize {
+        self.http1.idle_connections()
+    }
+
     /// Sends one request and waits for the response headers, at most `first_byte`. A request
     /// whose version is `HTTP_2` goes over HTTP/2; any other over HTTP/1.1.
     pub async fn send(
         &self,
-        request: Request<Full<Bytes>>,
-    ) -> Result<http::Response<Incoming>, TransportFailure> {
-        let client = if request.version() == Version::HTTP_2 {
-            &self.http2
-        } else {
-            &self.http1
+        request: Request<Bytes>,
+    ) -> Result<Response<ResponseBody>, TransportFailure> {
+        let exchange = async {
+            if request.version() == Version::HTTP_2 {
+                match self.http2.request(request.map(Full::new)).await {
+                    Ok(response) => Ok(response.map(ResponseBody::h2)),
+                    Err(e) => Err(classify_client_error(&e)),
+                }
+            } else {
+                self.http1
+                    .send(request)
+                    .await
+                    .map(|response| response.map(ResponseBody::h1))
+            }
         };
-        match tokio::time::timeout(self.timeouts.first_byte, client.request(request)).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => Err(classify_client_error(&e)),
+        match tokio::time::timeout(self.timeouts.first_byte, exchange).await {
+            Ok(result) => result,
             Err(_) => Err(TransportFailure {
                 kind: TransportKind::Timeout,
                 message: format!(
@@ -159,26 +188,34 @@ fn io_kind(e: &(dyn StdError + 'static)) -> Option<std::io::ErrorKind> {
     None
 }
 
-fn classify_client_error(e: &hyper_util::client::legacy::Error) -> TransportFailure {
+/// The kind of a failure to connect (TCP, then TLS).
+fn classify_connect(e: &(dyn StdError + 'static)) -> TransportFailure {
     let message = error_chain(e);
     let lower = message.to_ascii_lowercase();
-    let kind = if e.is_connect() {
-        match io_kind(e) {
-            Some(std::io::ErrorKind::ConnectionRefused) => TransportKind::ConnectionRefused,
-            Some(std::io::ErrorKind::TimedOut) => TransportKind::ConnectTimeout,
-            _ if lower.contains("dns error") || lower.contains("failed to lookup") => {
-                TransportKind::Dns
-            }
-            _ if lower.contains("tls")
-                || lower.contains("certificate")
-                || lower.contains("handshake") =>
-            {
-                TransportKind::Tls
-            }
-            _ if lower.contains("timed out") => TransportKind::ConnectTimeout,
-            _ => TransportKind::ConnectionRefused,
+    let kind = match io_kind(e) {
+        Some(std::io::ErrorKind::ConnectionRefused) => TransportKind::ConnectionRefused,
+        Some(std::io::ErrorKind::TimedOut) => TransportKind::ConnectTimeout,
+        _ if lower.contains("dns error") || lower.contains("failed to lookup") => {
+            TransportKind::Dns
         }
-    } else if lower.contains("timed out") {
+        _ if lower.contains("tls")
+            || lower.contains("certificate")
+            || lower.contains("handshake") =>
+        {
+            TransportKind::Tls
+        }
+        _ if lower.contains("timed out") => TransportKind::ConnectTimeout,
+        _ => TransportKind::ConnectionRefused,
+    };
+    TransportFailure { kind, message }
+}
+
+fn classify_client_error(e: &hyper_util::client::legacy::Error) -> TransportFailure {
+    if e.is_connect() {
+        return classify_connect(e);
+    }
+    let message = error_chain(e);
+    let kind = if message.to_ascii_lowercase().contains("timed out") {
         TransportKind::Timeout
     } else {
         // "connection closed before message completed", resets, broken pipes.
@@ -188,7 +225,7 @@ fn classify_client_error(e: &hyper_util::client::legacy::Error) -> TransportFail
 }
 
 /// The kind of a failure while reading a response body.
-pub fn body_failure(e: &hyper::Error) -> TransportFailure {
+fn body_failure(e: &hyper::Error) -> TransportFailure {
     let message = error_chain(e);
     let kind = if e.is_incomplete_message() || io_kind(e).is_some() || e.is_body_write_aborted() {
         TransportKind::Truncated
@@ -206,7 +243,7 @@ pub fn body_failure(e: &hyper::Error) -> TransportFailure {
 /// between two pieces. `Err(None)` when `cancelled` completes first; `Err(Some(_))` for a
 /// body that broke off or went quiet.
 pub async fn read_body<F: std::future::Future<Output = ()>>(
-    body: &mut Incoming,
+    body: &mut ResponseBody,
     limit: usize,
     idle: Duration,
     cancelled: F,
@@ -228,7 +265,7 @@ pub async fn read_body<F: std::future::Future<Output = ()>>(
                 }));
             }
             Ok(None) => return Ok(out.freeze()),
-            Ok(Some(Err(e))) => return Err(Some(body_failure(&e))),
+            Ok(Some(Err(failure))) => return Err(Some(failure)),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
                     let room = limit.saturating_sub(out.len());

@@ -1,0 +1,728 @@
+//! HTTP/1.1 on the wire, without IO (RFC 9112): the request head rebound writes, and the
+//! response head and body framing it reads. Everything here works on byte slices, so it is
+//! tested and fuzzed without sockets.
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, Version, header};
+
+/// The largest response head (status line and headers) accepted.
+pub const MAX_HEAD: usize = 64 << 10;
+
+/// The most headers a response head may have.
+const MAX_HEADERS: usize = 128;
+
+/// The longest chunk-size line, extensions included.
+const MAX_CHUNK_LINE: usize = 4 << 10;
+
+/// The largest trailer section accepted (it is read and dropped).
+const MAX_TRAILERS: usize = 16 << 10;
+
+/// A response that breaks HTTP/1.1: what is wrong, in words fit for evidence.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct WireError(String);
+
+impl WireError {
+    fn new(message: impl Into<String>) -> Self {
+        WireError(message.into())
+    }
+}
+
+/// Writes the head of a request with a body of `body_len` bytes: the request line, the headers
+/// (a `host` from the URI when there is none; framing headers are rebound's own), and a
+/// `content-length` unless it is a body-less `GET` or `HEAD`.
+pub fn encode_request_head(
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body_len: usize,
+) -> Vec<u8> {
+    let target = match uri.path_and_query().map(http::uri::PathAndQuery::as_str) {
+        Some(target) if !target.is_empty() => target,
+        _ => "/",
+    };
+    let size: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    let mut out = Vec::with_capacity(method.as_str().len() + target.len() + size + 96);
+    out.extend_from_slice(method.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    if !headers.contains_key(header::HOST)
+        && let Some(host) = uri.host()
+    {
+        out.extend_from_slice(b"host: ");
+        out.extend_from_slice(host.as_bytes());
+        let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+            443
+        } else {
+            80
+        };
+        if let Some(port) = uri.port_u16().filter(|&p| p != default_port) {
+            out.extend_from_slice(format!(":{port}").as_bytes());
+        }
+        out.extend_from_slice(b"\r\n");
+    }
+    for (name, value) in headers {
+        if name == header::CONTENT_LENGTH
+            || name == header::TRANSFER_ENCODING
+            || name == header::CONNECTION
+        {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if body_len > 0 || !(method == Method::GET || method == Method::HEAD) {
+        out.extend_from_slice(b"content-length: ");
+        out.extend_from_slice(body_len.to_string().as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// A parsed response head.
+#[derive(Debug)]
+pub struct ResponseHead {
+    /// The status.
+    pub status: StatusCode,
+    /// HTTP/1.1 or HTTP/1.0.
+    pub version: Version,
+    /// The headers, copied out of the read buffer.
+    pub headers: HeaderMap,
+}
+
+impl ResponseHead {
+    /// An interim (1xx) response that a final one follows. `101 Switching Protocols` is not
+    /// one: rebound never asks to switch.
+    pub fn is_interim(&self) -> bool {
+        self.status.is_informational() && self.status != StatusCode::SWITCHING_PROTOCOLS
+    }
+
+    /// How the body is delimited, for a response to a request with this method.
+    pub fn framing(&self, method: &Method) -> Result<Framing, WireError> {
+        if method == Method::HEAD
+            || self.status.is_informational()
+            || self.status == StatusCode::NO_CONTENT
+            || self.status == StatusCode::NOT_MODIFIED
+        {
+            return Ok(Framing::Empty);
+        }
+        if self.headers.contains_key(header::TRANSFER_ENCODING) {
+            let last = self
+                .headers
+                .get_all(header::TRANSFER_ENCODING)
+                .iter()
+                .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+                .map(<[u8]>::trim_ascii)
+                .rfind(|coding| !coding.is_empty());
+            return Ok(match last {
+                Some(coding) if coding.eq_ignore_ascii_case(b"chunked") => Framing::Chunked,
+                // Any other last coding: the body runs to the end of the connection.
+                _ => Framing::Close,
+            });
+        }
+        let mut length: Option<u64> = None;
+        for value in self.headers.get_all(header::CONTENT_LENGTH) {
+            for part in value.as_bytes().split(|&b| b == b',') {
+                let part = part.trim_ascii();
+                let parsed = parse_decimal(part).ok_or_else(|| {
+                    WireError::new(format!(
+                        "invalid content-length header `{}`",
+                        String::from_utf8_lossy(value.as_bytes())
+                    ))
+                })?;
+                match length {
+                    Some(seen) if seen != parsed => {
+                        return Err(WireError::new(format!(
+                            "content-length headers disagree ({seen} and {parsed})"
+                        )));
+                    }
+                    _ => length = Some(parsed),
+                }
+            }
+        }
+        Ok(length.map_or(Framing::Close, Framing::Length))
+    }
+
+    /// Whether the connection may carry another request after this response (given a body
+    /// that is read to its end).
+    pub fn keep_alive(&self) -> bool {
+        self.version == Version::HTTP_11
+            && !self
+                .headers
+                .get_all(header::CONNECTION)
+                .iter()
+                .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+            // Both framings at once is a response to distrust: never reused.
+            && !(self.headers.contains_key(header::TRANSFER_ENCODING)
+                && self.headers.contains_key(header::CONTENT_LENGTH))
+    }
+}
+
+fn parse_decimal(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })
+}
+
+/// Parses a response head at the start of `buf`: `Ok(None)` while it is incomplete, else the
+/// head and its length in bytes.
+pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, WireError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut slots);
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(WireError::new(format!(
+                "the response head is larger than {} KiB",
+                MAX_HEAD >> 10
+            )));
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Err(WireError::new(format!(
+                "the response has more than {MAX_HEADERS} headers"
+            )));
+        }
+        Err(e) => return Err(WireError::new(format!("malformed response head: {e}"))),
+    };
+    if len > MAX_HEAD {
+        return Err(WireError::new(format!(
+            "the response head is larger than {} KiB",
+            MAX_HEAD >> 10
+        )));
+    }
+    let status = response
+        .code
+        .and_then(|code| StatusCode::from_u16(code).ok())
+        .ok_or_else(|| WireError::new("malformed response head: invalid status code"))?;
+    let version = match response.version {
+        Some(0) => Version::HTTP_10,
+        _ => Version::HTTP_11,
+    };
+    let mut headers = HeaderMap::with_capacity(response.headers.len());
+    for h in response.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| WireError::new(format!("invalid response header name `{}`", h.name)))?;
+        let value = HeaderValue::from_bytes(h.value)
+            .map_err(|_| WireError::new(format!("invalid value of response header `{name}`")))?;
+        headers.append(name, value);
+    }
+    Ok(Some((
+        ResponseHead {
+            status,
+            version,
+            headers,
+        },
+        len,
+    )))
+}
+
+/// How a response body is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body at all.
+    Empty,
+    /// Exactly this many bytes.
+    Length(u64),
+    /// `transfer-encoding: chunked`.
+    Chunked,
+    /// Until the server closes the connection.
+    Close,
+}
+
+/// What [`BodyDecoder::decode`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// Body bytes.
+    Data(Bytes),
+    /// Nothing complete yet: read more.
+    NeedMore,
+    /// The body is complete.
+    End,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Length(u64),
+    Close,
+    ChunkSize,
+    ChunkData(u64),
+    ChunkEnd,
+    Trailers(usize),
+    Done,
+}
+
+/// Takes a response body out of the bytes read from the connection, piece by piece, without
+/// copying: each piece shares the read buffer's memory.
+#[derive(Clone, Debug)]
+pub struct BodyDecoder {
+    state: State,
+}
+
+impl BodyDecoder {
+    /// A decoder for this framing.
+    pub fn new(framing: Framing) -> Self {
+        let state = match framing {
+            Framing::Empty | Framing::Length(0) => State::Done,
+            Framing::Length(n) => State::Length(n),
+            Framing::Chunked => State::ChunkSize,
+            Framing::Close => State::Close,
+        };
+        BodyDecoder { state }
+    }
+
+    /// Whether the body is complete.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Whether the body runs to the end of the connection.
+    pub fn is_close_delimited(&self) -> bool {
+        self.state == State::Close
+    }
+
+    /// The next piece of body from `buf`, consuming what it used (framing included).
+    pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Decoded, WireError> {
+        loop {
+            match self.state {
+                State::Done => return Ok(Decoded::End),
+                State::Length(remaining) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = take_len(buf, remaining);
+                    let left = remaining - n as u64;
+                    self.state = if left == 0 {
+                        State::Done
+                    } else {
+                        State::Length(left)
+                    };
+                    return Ok(Decoded::Data(take(buf, n)));
+                }
+                State::Close => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = buf.len();
+                    return Ok(Decoded::Data(take(buf, n)));
+                }
+                State::ChunkSize => {
+                    let Some(line) =
+                        line_end(buf, MAX_CHUNK_LINE, "chunk-size line", MAX_CHUNK_LINE)?
+                    else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    let size = parse_chunk_size(&buf[..line])?;
+                    buf.advance(line + 2);
+                    self.state = if size == 0 {
+                        State::Trailers(0)
+                    } else {
+                        State::ChunkData(size)
+                    };
+                }
+                State::ChunkData(remaining) => {
+                    if buf.is_empty() {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    let n = take_len(buf, remaining);
+                    let left = remaining - n as u64;
+                    self.state = if left == 0 {
+                        State::ChunkEnd
+                    } else {
+                        State::ChunkData(left)
+                    };
+                    return Ok(Decoded::Data(take(buf, n)));
+                }
+                State::ChunkEnd => {
+                    if buf.len() < 2 {
+                        return Ok(Decoded::NeedMore);
+                    }
+                    if &buf[..2] != b"\r\n" {
+                        return Err(WireError::new(
+                            "invalid chunked body: a chunk's data is not followed by CRLF",
+                        ));
+                    }
+                    buf.advance(2);
+                    self.state = State::ChunkSize;
+                }
+                State::Trailers(seen) => {
+                    let room = MAX_TRAILERS.saturating_sub(seen);
+                    let Some(line) = line_end(buf, room, "trailer section", MAX_TRAILERS)? else {
+                        return Ok(Decoded::NeedMore);
+                    };
+                    buf.advance(line + 2);
+                    self.state = if line == 0 {
+                        State::Done
+                    } else {
+                        State::Trailers(seen + line + 2)
+                    };
+                }
+            }
+        }
+    }
+
+    /// The connection ended (the peer closed it). Completes a body that runs to the end of
+    /// the connection; any other unfinished body was cut short.
+    pub fn at_eof(&mut self) -> Result<(), WireError> {
+        match self.state {
+            State::Done => Ok(()),
+            State::Close => {
+                self.state = State::Done;
+                Ok(())
+            }
+            State::Length(left) => Err(WireError::new(format!(
+                "the connection closed {left} bytes before the end of the body"
+            ))),
+            _ => Err(WireError::new(
+                "the connection closed before the chunked body's last chunk",
+            )),
+        }
+    }
+}
+
+fn take_len(buf: &BytesMut, remaining: u64) -> usize {
+    usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()))
+}
+
+/// The first `n` bytes of `buf`; all of it without splitting when that is all there is, so an
+/// emptied buffer keeps no memory.
+fn take(buf: &mut BytesMut, n: usize) -> Bytes {
+    if n == buf.len() {
+        std::mem::take(buf).freeze()
+    } else {
+        buf.split_to(n).freeze()
+    }
+}
+
+/// Where the CRLF-ended line at the start of `buf` ends (the index of its CR), or `None` while
+/// it is incomplete. The line, CRLF included, may take at most `max` bytes; `what` and `limit`
+/// name the kind of line and the most its kind may take, for the error.
+fn line_end(buf: &[u8], max: usize, what: &str, limit: usize) -> Result<Option<usize>, WireError> {
+    match buf[..buf.len().min(max)].iter().position(|&b| b == b'\n') {
+        Some(lf) if lf > 0 && buf[lf - 1] == b'\r' => Ok(Some(lf - 1)),
+        Some(_) => Err(WireError::new(format!(
+            "invalid chunked body: a bare LF in a {what}"
+        ))),
+        None if buf.len() >= max => Err(WireError::new(format!(
+            "invalid chunked body: a {what} longer than {limit} bytes"
+        ))),
+        None => Ok(None),
+    }
+}
+
+/// A chunk-size line without its CRLF: hex digits, optional whitespace, optional extensions.
+fn parse_chunk_size(line: &[u8]) -> Result<u64, WireError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    let invalid = || {
+        WireError::new(format!(
+            "invalid chunked body: bad chunk-size line `{}`",
+            String::from_utf8_lossy(&line[..line.len().min(64)])
+        ))
+    };
+    if digits == 0 || digits > 16 {
+        return Err(invalid());
+    }
+    let rest = line[digits..].trim_ascii_start();
+    if !(rest.is_empty() || rest[0] == b';') {
+        return Err(invalid());
+    }
+    line[..digits].iter().try_fold(0u64, |n, &d| {
+        let v = (d as char).to_digit(16).ok_or_else(invalid)?;
+        n.checked_mul(16)
+            .and_then(|n| n.checked_add(u64::from(v)))
+            .ok_or_else(invalid)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(text: &str) -> ResponseHead {
+        match parse_response_head(text.as_bytes()) {
+            Ok(Some((head, len))) => {
+                assert_eq!(len, text.len());
+                head
+            }
+            other => panic!("no head: {other:?}"),
+        }
+    }
+
+    /// Feeds `wire` to a decoder `step` bytes at a time, as reads would deliver it; returns
+    /// the body and whether it ended.
+    fn decode_in_steps(
+        framing: Framing,
+        wire: &[u8],
+        step: usize,
+    ) -> Result<(Vec<u8>, bool), WireError> {
+        let mut decoder = BodyDecoder::new(framing);
+        let mut buf = BytesMut::new();
+        let mut body = Vec::new();
+        for piece in wire.chunks(step.max(1)) {
+            buf.extend_from_slice(piece);
+            loop {
+                match decoder.decode(&mut buf)? {
+                    Decoded::Data(data) => body.extend_from_slice(&data),
+                    Decoded::NeedMore => break,
+                    Decoded::End => return Ok((body, true)),
+                }
+            }
+        }
+        Ok((body, false))
+    }
+
+    #[test]
+    fn request_heads_carry_host_length_and_the_callers_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", HeaderValue::from_static("Bearer k"));
+        headers.insert("content-length", HeaderValue::from_static("999"));
+        headers.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        let uri: Uri = "http://127.0.0.1:8080/v1/chat/completions?x=1"
+            .parse()
+            .unwrap();
+        let head = encode_request_head(&Method::POST, &uri, &headers, 12);
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\n\
+             authorization: Bearer k\r\ncontent-length: 12\r\n\r\n"
+        );
+        let uri: Uri = "https://api.example.com".parse().unwrap();
+        let head = encode_request_head(&Method::GET, &uri, &HeaderMap::new(), 0);
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET / HTTP/1.1\r\nhost: api.example.com\r\n\r\n"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("host", HeaderValue::from_static("upstream.example"));
+        let uri: Uri = "https://api.example.com:443/v1/models".parse().unwrap();
+        let head = encode_request_head(&Method::GET, &uri, &headers, 0);
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /v1/models HTTP/1.1\r\nhost: upstream.example\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn heads_parse_whole_or_wait_for_more() {
+        let text = "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 3\r\nX-A: 1\r\nx-a: 2\r\n\r\n";
+        let parsed = head(text);
+        assert_eq!(parsed.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(parsed.headers["retry-after"], "3");
+        assert_eq!(parsed.headers.get_all("x-a").iter().count(), 2);
+        for cut in 0..text.len() {
+            assert!(
+                matches!(parse_response_head(&text.as_bytes()[..cut]), Ok(None)),
+                "{cut}"
+            );
+        }
+        let with_body = format!("{text}body");
+        assert_eq!(
+            parse_response_head(with_body.as_bytes())
+                .unwrap()
+                .unwrap()
+                .1,
+            text.len()
+        );
+    }
+
+    #[test]
+    fn bad_heads_are_named() {
+        let err = |text: &[u8]| parse_response_head(text).unwrap_err().to_string();
+        assert!(err(b"HTTP/1.1 2000 OK\r\n\r\n").starts_with("malformed response head"));
+        assert!(err(b"SMTP ready\r\n\r\n").starts_with("malformed response head"));
+        let many = format!("HTTP/1.1 200 OK\r\n{}\r\n", "a: b\r\n".repeat(200));
+        assert_eq!(
+            err(many.as_bytes()),
+            "the response has more than 128 headers"
+        );
+        let huge = format!("HTTP/1.1 200 OK\r\nx: {}", "a".repeat(MAX_HEAD + 1));
+        assert_eq!(
+            err(huge.as_bytes()),
+            "the response head is larger than 64 KiB"
+        );
+    }
+
+    #[test]
+    fn framing_follows_rfc_9112() {
+        let post = Method::POST;
+        let framing = |text: &str| head(text).framing(&post);
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"),
+            Ok(Framing::Length(5))
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ncontent-length: 5, 5\r\ncontent-length: 5\r\n\r\n"),
+            Ok(Framing::Length(5))
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\n")
+                .unwrap_err()
+                .to_string(),
+            "content-length headers disagree (5 and 6)"
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ncontent-length: -1\r\n\r\n")
+                .unwrap_err()
+                .to_string(),
+            "invalid content-length header `-1`"
+        );
+        assert_eq!(
+            framing(
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, Chunked\r\ncontent-length: 3\r\n\r\n"
+            ),
+            Ok(Framing::Chunked)
+        );
+        assert_eq!(
+            framing("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n"),
+            Ok(Framing::Close)
+        );
+        assert_eq!(framing("HTTP/1.1 200 OK\r\n\r\n"), Ok(Framing::Close));
+        assert_eq!(
+            framing("HTTP/1.1 204 No Content\r\ncontent-length: 3\r\n\r\n"),
+            Ok(Framing::Empty)
+        );
+        assert_eq!(
+            head("HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\n").framing(&Method::HEAD),
+            Ok(Framing::Empty)
+        );
+        assert!(head("HTTP/1.1 100 Continue\r\n\r\n").is_interim());
+        assert!(!head("HTTP/1.1 101 Switching Protocols\r\n\r\n").is_interim());
+    }
+
+    #[test]
+    fn keep_alive_needs_http_1_1_without_close_or_mixed_framing() {
+        assert!(head("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").keep_alive());
+        assert!(!head("HTTP/1.1 200 OK\r\nConnection: keep-alive, Close\r\n\r\n").keep_alive());
+        assert!(!head("HTTP/1.0 200 OK\r\ncontent-length: 0\r\n\r\n").keep_alive());
+        assert!(
+            !head("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n")
+                .keep_alive()
+        );
+    }
+
+    #[test]
+    fn bodies_decode_the_same_at_every_read_size() {
+        let chunked = b"5;name=value\r\nhello\r\n7 \r\n, world\r\n0\r\nx-trailer: 1\r\n\r\n";
+        let length = b"hello, world";
+        for step in 1..=chunked.len() {
+            assert_eq!(
+                decode_in_steps(Framing::Chunked, chunked, step),
+                Ok((b"hello, world".to_vec(), true)),
+                "chunked, step {step}"
+            );
+            assert_eq!(
+                decode_in_steps(Framing::Length(12), length, step),
+                Ok((length.to_vec(), true)),
+                "length, step {step}"
+            );
+        }
+        assert_eq!(
+            decode_in_steps(Framing::Close, length, 5),
+            Ok((length.to_vec(), false))
+        );
+        assert_eq!(
+            decode_in_steps(Framing::Empty, b"", 1),
+            Ok((Vec::new(), false))
+        );
+    }
+
+    #[test]
+    fn a_decoder_leaves_what_follows_its_body() {
+        let mut decoder = BodyDecoder::new(Framing::Length(3));
+        let mut buf = BytesMut::from(&b"abcHTTP/1.1"[..]);
+        assert_eq!(
+            decoder.decode(&mut buf),
+            Ok(Decoded::Data(Bytes::from_static(b"abc")))
+        );
+        assert_eq!(decoder.decode(&mut buf), Ok(Decoded::End));
+        assert_eq!(&buf[..], b"HTTP/1.1");
+        let mut decoder = BodyDecoder::new(Framing::Chunked);
+        let mut buf = BytesMut::from(&b"1\r\na\r\n0\r\n\r\nnext"[..]);
+        assert_eq!(
+            decoder.decode(&mut buf),
+            Ok(Decoded::Data(Bytes::from_static(b"a")))
+        );
+        assert_eq!(decoder.decode(&mut buf), Ok(Decoded::End));
+        assert_eq!(&buf[..], b"next");
+    }
+
+    #[test]
+    fn broken_chunked_bodies_are_named() {
+        let err = |wire: &[u8]| {
+            decode_in_steps(Framing::Chunked, wire, 64)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(b"zz\r\n"),
+            "invalid chunked body: bad chunk-size line `zz`"
+        );
+        assert_eq!(
+            err(b"11111111111111111\r\n"),
+            "invalid chunked body: bad chunk-size line `11111111111111111`"
+        );
+        assert_eq!(
+            err(b"3\r\nabcX\r\n"),
+            "invalid chunked body: a chunk's data is not followed by CRLF"
+        );
+        assert_eq!(
+            err(b"3\nabc"),
+            "invalid chunked body: a bare LF in a chunk-size line"
+        );
+        let long = format!("1;{}", "e".repeat(MAX_CHUNK_LINE));
+        assert_eq!(
+            decode_in_steps(Framing::Chunked, long.as_bytes(), 1)
+                .unwrap_err()
+                .to_string(),
+            "invalid chunked body: a chunk-size line longer than 4096 bytes"
+        );
+        let trailers = format!("0\r\n{}", "t: v\r\n".repeat(MAX_TRAILERS / 6 + 1));
+        assert_eq!(
+            decode_in_steps(Framing::Chunked, trailers.as_bytes(), 7)
+                .unwrap_err()
+                .to_string(),
+            "invalid chunked body: a trailer section longer than 16384 bytes"
+        );
+    }
+
+    #[test]
+    fn the_end_of_the_connection_ends_only_close_delimited_bodies() {
+        let mut close = BodyDecoder::new(Framing::Close);
+        assert_eq!(close.at_eof(), Ok(()));
+        assert!(close.is_done());
+        let mut length = BodyDecoder::new(Framing::Length(10));
+        let mut buf = BytesMut::from(&b"abc"[..]);
+        let _ = length.decode(&mut buf);
+        assert_eq!(
+            length.at_eof().unwrap_err().to_string(),
+            "the connection closed 7 bytes before the end of the body"
+        );
+        assert_eq!(
+            BodyDecoder::new(Framing::Chunked)
+                .at_eof()
+                .unwrap_err()
+                .to_string(),
+            "the connection closed before the chunked body's last chunk"
+        );
+    }
+
+    #[test]
+    fn an_emptied_buffer_keeps_no_memory() {
+        let mut decoder = BodyDecoder::new(Framing::Close);
+        let mut buf = BytesMut::with_capacity(8192);
+        buf.extend_from_slice(b"data");
+        let _ = decoder.decode(&mut buf);
+        assert_eq!(buf.capacity(), 0);
+    }
+}
