@@ -233,44 +233,36 @@ async fn connections_that_cannot_carry_another_request_are_closed() {
     assert_eq!(server.accepted(), 4);
 }
 
-#[tokio::test]
-async fn a_body_dropped_before_its_end_closes_its_connection() {
-    let server = Server::start(vec![
-        answer(&[
-            b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello",
-            b"world",
-        ]),
-        answer(&[OK]),
-    ])
-    .await;
+/// Reads the first piece of `first`'s body and drops the body, then sends another request:
+/// how many connections waited in between, and how many the server accepted in all.
+async fn drop_after_the_first_piece(first: Answer) -> (usize, usize) {
+    let server = Server::start(vec![first, answer(&[OK])]).await;
     let client = client();
     let response = client.send(post(&server.url, b"{}")).await.unwrap();
     let mut body = ResponseBody::h1(response.into_body());
-    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert_eq!(first, "hello");
+    let piece = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(piece, "hello");
     drop(body);
-    assert_eq!(client.idle_connections(), 0);
+    let idle = client.idle_connections();
     assert_eq!(exchange(&client, &server.url).await.unwrap().1, b"hello");
-    assert_eq!(server.accepted(), 2);
+    (idle, server.accepted())
+}
+
+#[tokio::test]
+async fn a_body_dropped_before_its_end_closes_its_connection() {
+    let first = answer(&[
+        b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello",
+        b"world",
+    ]);
+    assert_eq!(drop_after_the_first_piece(first).await, (0, 2));
 }
 
 #[tokio::test]
 async fn a_body_dropped_after_its_last_piece_keeps_its_connection() {
     // A stream reader stops at the final event; the last chunk came with it.
-    let server = Server::start(vec![
-        answer(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"]),
-        answer(&[OK]),
-    ])
-    .await;
-    let client = client();
-    let response = client.send(post(&server.url, b"{}")).await.unwrap();
-    let mut body = ResponseBody::h1(response.into_body());
-    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
-    assert_eq!(first, "hello");
-    drop(body);
-    assert_eq!(client.idle_connections(), 1);
-    assert_eq!(exchange(&client, &server.url).await.unwrap().1, b"hello");
-    assert_eq!(server.accepted(), 1);
+    let first =
+        answer(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"]);
+    assert_eq!(drop_after_the_first_piece(first).await, (1, 1));
 }
 
 #[tokio::test]

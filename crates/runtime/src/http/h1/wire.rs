@@ -298,24 +298,21 @@ impl BodyDecoder {
             match self.state {
                 State::Done => return Ok(Decoded::End),
                 State::Length(remaining) => {
-                    if buf.is_empty() {
+                    let Some((data, left)) = take_up_to(buf, remaining) else {
                         return Ok(Decoded::NeedMore);
-                    }
-                    let n = take_len(buf, remaining);
-                    let left = remaining - n as u64;
+                    };
                     self.state = if left == 0 {
                         State::Done
                     } else {
                         State::Length(left)
                     };
-                    return Ok(Decoded::Data(take(buf, n)));
+                    return Ok(Decoded::Data(data));
                 }
                 State::Close => {
-                    if buf.is_empty() {
+                    let Some((data, _)) = take_up_to(buf, u64::MAX) else {
                         return Ok(Decoded::NeedMore);
-                    }
-                    let n = buf.len();
-                    return Ok(Decoded::Data(take(buf, n)));
+                    };
+                    return Ok(Decoded::Data(data));
                 }
                 State::ChunkSize => {
                     let Some(line) =
@@ -332,17 +329,15 @@ impl BodyDecoder {
                     };
                 }
                 State::ChunkData(remaining) => {
-                    if buf.is_empty() {
+                    let Some((data, left)) = take_up_to(buf, remaining) else {
                         return Ok(Decoded::NeedMore);
-                    }
-                    let n = take_len(buf, remaining);
-                    let left = remaining - n as u64;
+                    };
                     self.state = if left == 0 {
                         State::ChunkEnd
                     } else {
                         State::ChunkData(left)
                     };
-                    return Ok(Decoded::Data(take(buf, n)));
+                    return Ok(Decoded::Data(data));
                 }
                 State::ChunkEnd => {
                     if buf.len() < 2 {
@@ -391,18 +386,19 @@ impl BodyDecoder {
     }
 }
 
-fn take_len(buf: &BytesMut, remaining: u64) -> usize {
-    usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()))
-}
-
-/// The first `n` bytes of `buf`; all of it without splitting when that is all there is, so an
-/// emptied buffer keeps no memory.
-fn take(buf: &mut BytesMut, n: usize) -> Bytes {
-    if n == buf.len() {
+/// Up to `remaining` bytes from the start of `buf`, and how many remain after them; `None`
+/// when `buf` is empty. An emptied buffer keeps no memory: taking all of it takes it whole.
+fn take_up_to(buf: &mut BytesMut, remaining: u64) -> Option<(Bytes, u64)> {
+    if buf.is_empty() {
+        return None;
+    }
+    let n = usize::try_from(remaining).map_or(buf.len(), |r| r.min(buf.len()));
+    let data = if n == buf.len() {
         std::mem::take(buf).freeze()
     } else {
         buf.split_to(n).freeze()
-    }
+    };
+    Some((data, remaining - n as u64))
 }
 
 /// Where the CRLF-ended line at the start of `buf` ends (the index of its CR), or `None` while
