@@ -177,6 +177,30 @@ pub fn error_chain(e: &(dyn StdError + 'static)) -> String {
     out
 }
 
+/// The next error down a chain. An I/O error that wraps another hides it from `source()`
+/// (TLS errors come as an I/O error wrapping an I/O error wrapping rustls's), so it is opened.
+fn next_cause<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError + 'static)> {
+    match e
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        Some(inner) => Some(inner),
+        None => e.source(),
+    }
+}
+
+/// Whether the TLS layer failed.
+fn is_tls(e: &(dyn StdError + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if c.is::<rustls::Error>() {
+            return true;
+        }
+        cause = next_cause(c);
+    }
+    false
+}
+
 fn io_kind(e: &(dyn StdError + 'static)) -> Option<std::io::ErrorKind> {
     let mut source: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(s) = source {
@@ -193,6 +217,7 @@ fn classify_connect(e: &(dyn StdError + 'static)) -> TransportFailure {
     let message = error_chain(e);
     let lower = message.to_ascii_lowercase();
     let kind = match io_kind(e) {
+        _ if is_tls(e) => TransportKind::Tls,
         Some(std::io::ErrorKind::ConnectionRefused) => TransportKind::ConnectionRefused,
         Some(std::io::ErrorKind::TimedOut) => TransportKind::ConnectTimeout,
         _ if lower.contains("dns error") || lower.contains("failed to lookup") => {

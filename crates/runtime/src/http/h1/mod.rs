@@ -23,7 +23,7 @@ use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use rebound_core::TransportKind;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
@@ -37,7 +37,61 @@ const READ_SIZE: usize = 16 << 10;
 /// A request body up to this size goes out in the same write as the head.
 const COALESCE: usize = 64 << 10;
 
-type Stream = TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>;
+/// A connection's socket. TLS state is large (over 1 KiB), so it is boxed: a plain connection
+/// does not carry room for it.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>>),
+}
+
+impl Stream {
+    fn new(connected: MaybeHttpsStream<TokioIo<TcpStream>>) -> Self {
+        match connected {
+            MaybeHttpsStream::Http(tcp) => Stream::Plain(tcp.into_inner()),
+            tls => Stream::Tls(Box::new(TokioIo::new(tls))),
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
 
 /// One connection to an upstream, plain or TLS.
 pub(crate) struct Connection {
@@ -151,7 +205,7 @@ impl Client {
             .await
             .map_err(|e| classify_connect(&*e))?;
         Ok(Box::new(Connection {
-            io: TokioIo::new(stream),
+            io: Stream::new(stream),
             pending: BytesMut::new(),
         }))
     }

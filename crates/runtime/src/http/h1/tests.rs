@@ -9,8 +9,11 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::BodyExt;
 use rebound_core::TransportKind;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use super::Client;
 use crate::http::{ResponseBody, TransportFailure};
@@ -48,8 +51,30 @@ struct Server {
 
 impl Server {
     async fn start(answers: Vec<Answer>) -> Server {
+        Server::start_with(answers, None).await
+    }
+
+    /// The same server behind TLS, with the test certificate for 127.0.0.1.
+    async fn start_tls(answers: Vec<Answer>) -> Server {
+        let certs = CertificateDer::pem_slice_iter(include_bytes!("testdata/localhost.crt"))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(include_bytes!("testdata/localhost.key")).unwrap();
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+        Server::start_with(answers, Some(TlsAcceptor::from(Arc::new(config)))).await
+    }
+
+    async fn start_with(answers: Vec<Answer>, tls: Option<TlsAcceptor>) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
@@ -57,7 +82,15 @@ impl Server {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(serve(stream, Arc::clone(&answers), Arc::clone(&log)));
+                let (answers, log) = (Arc::clone(&answers), Arc::clone(&log));
+                match tls.clone() {
+                    None => drop(tokio::spawn(serve(stream, answers, log))),
+                    Some(tls) => drop(tokio::spawn(async move {
+                        if let Ok(stream) = tls.accept(stream).await {
+                            serve(stream, answers, log).await;
+                        }
+                    })),
+                }
             }
         });
         Server {
@@ -72,8 +105,8 @@ impl Server {
     }
 }
 
-async fn serve(
-    mut stream: TcpStream,
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
     answers: Arc<Mutex<VecDeque<Answer>>>,
     log: Arc<Mutex<Vec<Vec<u8>>>>,
 ) {
@@ -120,12 +153,23 @@ fn client() -> Client {
 }
 
 fn client_with_idle_timeout(idle: Duration) -> Client {
+    // The test CA stands in for the webpki roots.
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(include_bytes!("testdata/ca.crt")).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     let mut tcp = hyper_util::client::legacy::connect::HttpConnector::new();
     tcp.enforce_http(false);
     tcp.set_nodelay(true);
     let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .unwrap()
+        .with_tls_config(config)
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp);
@@ -343,4 +387,42 @@ async fn a_waiting_stream_holds_no_read_buffer() {
     assert!(pending.is_pending());
     let conn = body.conn.as_ref().unwrap();
     assert_eq!(conn.pending.capacity(), 0);
+}
+
+#[tokio::test]
+async fn an_upstream_that_does_not_speak_tls_fails_as_tls() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n").await;
+        }
+    });
+    let failure = exchange(&client(), &format!("https://{addr}"))
+        .await
+        .unwrap_err();
+    assert_eq!(failure.kind, TransportKind::Tls, "{}", failure.message);
+}
+
+#[tokio::test]
+async fn tls_connections_carry_answers_and_streams_and_are_reused() {
+    let server = Server::start_tls(vec![
+        answer(&[OK]),
+        answer(&[
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"5\r\nhello\r\n",
+            b"0\r\n\r\n",
+        ]),
+    ])
+    .await;
+    let client = client();
+    assert_eq!(
+        exchange(&client, &server.url).await.unwrap(),
+        (200, b"hello".to_vec())
+    );
+    assert_eq!(
+        exchange(&client, &server.url).await.unwrap(),
+        (200, b"hello".to_vec())
+    );
+    assert_eq!(server.accepted(), 1);
 }
