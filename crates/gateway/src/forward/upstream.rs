@@ -185,9 +185,10 @@ pub(super) async fn attempt(
             upstream_error: Some((parts.status, bytes)),
         });
     }
-    // A stream's headers wait for the commit point: detached from whatever buffer they share
-    // (an HTTP/2 head's values can be slices of a frame's; see `detached`).
-    let mut headers = relayable(&parts.headers, job.stream);
+    // A stream's headers wait for the commit point. Over HTTP/2 they are detached first: their
+    // values can be slices of a frame's buffer (see `detached`). rebound's HTTP/1.1 client
+    // gives each value its own allocation already.
+    let mut headers = relayable(&parts.headers, job.stream && candidate.http2);
     let status = parts.status;
     // A stream does not keep the upstream's head.
     drop(parts);

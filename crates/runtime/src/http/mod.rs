@@ -191,25 +191,18 @@ fn next_cause<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a (dyn StdError +
 
 /// Whether the TLS layer failed.
 fn is_tls(e: &(dyn StdError + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(c) = cause {
-        if c.is::<rustls::Error>() {
-            return true;
-        }
-        cause = next_cause(c);
-    }
-    false
+    causes(e).any(|c| c.is::<rustls::Error>())
+}
+
+/// The error and everything under it.
+fn causes<'a>(
+    e: &'a (dyn StdError + 'static),
+) -> impl Iterator<Item = &'a (dyn StdError + 'static)> {
+    std::iter::successors(Some(e), |&c| next_cause(c))
 }
 
 fn io_kind(e: &(dyn StdError + 'static)) -> Option<std::io::ErrorKind> {
-    let mut source: Option<&(dyn StdError + 'static)> = Some(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        source = s.source();
-    }
-    None
+    causes(e).find_map(|c| c.downcast_ref::<std::io::Error>().map(std::io::Error::kind))
 }
 
 /// The kind of a failure to connect (TCP, then TLS).
