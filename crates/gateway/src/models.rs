@@ -2,11 +2,14 @@
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
-use http_body_util::BodyExt;
 use rebound_runtime::Protocol;
+use rebound_runtime::http::read_body;
 
 use crate::forward::relayable;
 use crate::server::{Body, Gateway, full};
+
+/// The largest model list relayed; a larger one is replaced by the configured names.
+const LIST_LIMIT: usize = 8 << 20;
 
 /// `GET /v1/models`: the first OpenAI candidate's list, relayed; or the configured names.
 pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
@@ -54,15 +57,17 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
     candidate.authorize(request.headers_mut());
     match gateway.client.send(request).await {
         Ok(response) if response.status().is_success() => {
-            let (parts, body) = response.into_parts();
-            match body.collect().await {
-                Ok(collected) => {
-                    let mut response = full(parts.status, "application/json", collected.to_bytes());
+            let (parts, mut body) = response.into_parts();
+            let idle = gateway.client.timeouts().idle;
+            // One byte over the limit tells a list at the limit from a larger one.
+            match read_body(&mut body, LIST_LIMIT + 1, idle, std::future::pending()).await {
+                Ok(bytes) if bytes.len() <= LIST_LIMIT => {
+                    let mut response = full(parts.status, "application/json", bytes);
                     *response.headers_mut() = relayable(&parts.headers, false);
                     response.headers_mut().remove(header::CONTENT_LENGTH);
                     response
                 }
-                Err(_) => listed(),
+                _ => listed(),
             }
         }
         _ => listed(),
