@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
 use rebound_runtime::Protocol;
-use rebound_runtime::http::read_body;
+use rebound_runtime::http::read_whole;
 
 use crate::forward::relayable;
 use crate::server::{Body, Gateway, full};
@@ -59,9 +59,8 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
         Ok(response) if response.status().is_success() => {
             let (parts, mut body) = response.into_parts();
             let idle = gateway.client.timeouts().idle;
-            // One byte over the limit tells a list at the limit from a larger one.
-            match read_body(&mut body, LIST_LIMIT + 1, idle, std::future::pending()).await {
-                Ok(bytes) if bytes.len() <= LIST_LIMIT => {
+            match read_whole(&mut body, LIST_LIMIT, idle, std::future::pending()).await {
+                Ok(bytes) => {
                     let mut response = full(parts.status, "application/json", bytes);
                     *response.headers_mut() = relayable(&parts.headers, false);
                     response.headers_mut().remove(header::CONTENT_LENGTH);

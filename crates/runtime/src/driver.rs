@@ -18,7 +18,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::event::{Event, EventSink, Outcome};
-use crate::http::{HttpClient, Timeouts, TransportFailure, read_body};
+use crate::http::{HttpClient, Timeouts, TransportFailure, read_body, read_whole};
 use crate::provider::{ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
 
@@ -398,7 +398,7 @@ impl<'r> TurnDriver<'r> {
         }
         if !stream {
             let bytes =
-                match read_body(&mut body_in, RESPONSE_LIMIT, idle, cancel.cancelled()).await {
+                match read_whole(&mut body_in, RESPONSE_LIMIT, idle, cancel.cancelled()).await {
                     Ok(bytes) => bytes,
                     Err(None) => return Err(Ok(AttemptError::Aborted)),
                     Err(Some(failure)) => return Err(fail(failure, Phase::Setup, false)),

@@ -4,7 +4,7 @@
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, StatusCode, header};
 use rebound_core::{Evidence, Headers, Phase, TransportKind};
-use rebound_runtime::http::{TransportFailure, read_body};
+use rebound_runtime::http::{TransportFailure, read_body, read_whole};
 
 use super::downstream::{Downstream, Head};
 use super::{Job, rebound_headers};
@@ -194,7 +194,7 @@ pub(super) async fn attempt(
     drop(parts);
     rebound_headers(&mut headers, attempts, candidate, &job.route);
     if !job.stream {
-        let bytes = match Box::pin(read_body(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
+        let bytes = match Box::pin(read_whole(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
             Ok(bytes) => bytes,
             Err(None) => return Attempt::ClientGone,
             Err(Some(failure)) => return transport_failure(base(), failure, Phase::Setup, false),

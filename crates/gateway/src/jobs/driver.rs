@@ -10,7 +10,7 @@ use rebound_core::status::StopReason;
 use rebound_core::{
     Action, Caller, Evidence, Failure, Headers, Phase, Safety, TransportKind, Turn, WaitKind,
 };
-use rebound_runtime::http::read_body;
+use rebound_runtime::http::read_whole;
 use rebound_store::{AttemptOp, AttemptRecord, JobRecord, JobState};
 use serde_json::json;
 
@@ -224,18 +224,7 @@ async fn send(
         })?;
     let (parts, mut body) = response.into_parts();
     let idle = gateway.client.timeouts().idle;
-    // One byte over the limit tells a body at the limit from a larger one.
-    let bytes = match read_body(&mut body, RESPONSE_LIMIT + 1, idle, std::future::pending()).await {
-        Ok(bytes) if bytes.len() > RESPONSE_LIMIT => {
-            return Err(Evidence {
-                transport: Some(rebound_core::TransportKind::Truncated),
-                body: Some(format!(
-                    "the response is larger than {} MiB",
-                    RESPONSE_LIMIT >> 20
-                )),
-                ..base
-            });
-        }
+    let bytes = match read_whole(&mut body, RESPONSE_LIMIT, idle, std::future::pending()).await {
         Ok(bytes) => bytes.to_vec(),
         // `None` would mean cancelled, which a pending future never is.
         Err(failure) => {

@@ -259,12 +259,41 @@ fn body_failure(e: &hyper::Error) -> TransportFailure {
 
 /// Reads a response body, at most `limit` bytes (the rest is dropped), with at most `idle`
 /// between two pieces. `Err(None)` when `cancelled` completes first; `Err(Some(_))` for a
-/// body that broke off or went quiet.
+/// body that broke off or went quiet. For evidence, where a prefix is enough.
 pub async fn read_body<F: std::future::Future<Output = ()>>(
     body: &mut ResponseBody,
     limit: usize,
     idle: Duration,
     cancelled: F,
+) -> Result<Bytes, Option<TransportFailure>> {
+    read(body, limit, idle, cancelled, Overflow::Cut).await
+}
+
+/// Reads a whole response body, as [`read_body`] does, but one larger than `limit` bytes is a
+/// failure (`truncated`, naming the limit) rather than a prefix: for answers that are used,
+/// not just shown.
+pub async fn read_whole<F: std::future::Future<Output = ()>>(
+    body: &mut ResponseBody,
+    limit: usize,
+    idle: Duration,
+    cancelled: F,
+) -> Result<Bytes, Option<TransportFailure>> {
+    read(body, limit, idle, cancelled, Overflow::Fail).await
+}
+
+/// What a body longer than the limit gives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Overflow {
+    Cut,
+    Fail,
+}
+
+async fn read<F: std::future::Future<Output = ()>>(
+    body: &mut ResponseBody,
+    limit: usize,
+    idle: Duration,
+    cancelled: F,
+    overflow: Overflow,
 ) -> Result<Bytes, Option<TransportFailure>> {
     use http_body_util::BodyExt;
     let mut out = bytes::BytesMut::new();
@@ -285,14 +314,33 @@ pub async fn read_body<F: std::future::Future<Output = ()>>(
             Ok(None) => return Ok(out.freeze()),
             Ok(Some(Err(failure))) => return Err(Some(failure)),
             Ok(Some(Ok(frame))) => {
-                if let Ok(data) = frame.into_data() {
-                    let room = limit.saturating_sub(out.len());
-                    out.extend_from_slice(&data[..data.len().min(room)]);
-                    if out.len() >= limit {
-                        return Ok(out.freeze());
-                    }
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let room = limit.saturating_sub(out.len());
+                if data.len() > room && overflow == Overflow::Fail {
+                    return Err(Some(TransportFailure {
+                        kind: TransportKind::Truncated,
+                        message: format!(
+                            "the response is larger than {}, the most read",
+                            size_text(limit)
+                        ),
+                    }));
+                }
+                out.extend_from_slice(&data[..data.len().min(room)]);
+                if out.len() >= limit && overflow == Overflow::Cut {
+                    return Ok(out.freeze());
                 }
             }
         }
+    }
+}
+
+/// A byte count in the unit it is written in.
+fn size_text(bytes: usize) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} bytes"),
     }
 }

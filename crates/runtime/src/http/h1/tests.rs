@@ -16,7 +16,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use super::Client;
-use crate::http::{ResponseBody, TransportFailure};
+use crate::http::{ResponseBody, TransportFailure, read_body, read_whole};
 
 /// One canned answer: pieces written with a short pause between them, then maybe a close.
 #[derive(Clone)]
@@ -282,8 +282,7 @@ async fn connections_that_cannot_carry_another_request_are_closed() {
 async fn drop_after_the_first_piece(first: Answer) -> (usize, usize) {
     let server = Server::start(vec![first, answer(&[OK])]).await;
     let client = client();
-    let response = client.send(post(&server.url, b"{}")).await.unwrap();
-    let mut body = ResponseBody::h1(response.into_body());
+    let mut body = body_of(&client, &server.url).await;
     let piece = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(piece, "hello");
     drop(body);
@@ -425,4 +424,33 @@ async fn tls_connections_carry_answers_and_streams_and_are_reused() {
         (200, b"hello".to_vec())
     );
     assert_eq!(server.accepted(), 1);
+}
+
+/// Sends one request and hands over its body unread.
+async fn body_of(client: &Client, url: &str) -> ResponseBody {
+    let response = client.send(post(url, b"{}")).await.unwrap();
+    ResponseBody::h1(response.into_body())
+}
+
+#[tokio::test]
+async fn a_whole_read_refuses_a_body_over_its_limit_where_a_prefix_read_cuts_it() {
+    let server = Server::start(vec![answer(&[OK]), answer(&[OK]), answer(&[OK])]).await;
+    let client = client();
+    let (idle, never) = (Duration::from_secs(5), std::future::pending);
+    let mut exact = body_of(&client, &server.url).await;
+    let whole = read_whole(&mut exact, 5, idle, never()).await;
+    assert_eq!(whole.unwrap(), "hello");
+    let mut over = body_of(&client, &server.url).await;
+    let failure = read_whole(&mut over, 4, idle, never())
+        .await
+        .unwrap_err()
+        .unwrap();
+    assert_eq!(failure.kind, TransportKind::Truncated);
+    assert_eq!(
+        failure.message,
+        "the response is larger than 4 bytes, the most read"
+    );
+    let mut cut = body_of(&client, &server.url).await;
+    let prefix = read_body(&mut cut, 4, idle, never()).await;
+    assert_eq!(prefix.unwrap(), "hell");
 }
