@@ -117,13 +117,11 @@ impl Connection {
         self.pending.is_empty() && self.poll_fill(&mut cx).is_pending()
     }
 
-    async fn write_request(&mut self, mut head: Vec<u8>, body: &[u8]) -> io::Result<()> {
-        if body.len() <= COALESCE {
-            head.extend_from_slice(body);
-            self.io.write_all(&head).await?;
-        } else {
-            self.io.write_all(&head).await?;
-            self.io.write_all(body).await?;
+    /// Writes `first`, then `rest` (a body too large to copy into `first`).
+    async fn write_request(&mut self, first: &[u8], rest: &[u8]) -> io::Result<()> {
+        self.io.write_all(first).await?;
+        if !rest.is_empty() {
+            self.io.write_all(rest).await?;
         }
         self.io.flush().await
     }
@@ -221,12 +219,22 @@ impl Client {
             kind: TransportKind::ConnectionRefused,
             message: format!("the URL `{}` names no host", parts.uri),
         })?;
-        let head = wire::encode_request_head(&parts.method, &parts.uri, &parts.headers, body.len());
+        // A body up to COALESCE goes out in the head's write, in the head's buffer.
+        let coalesce = body.len() <= COALESCE;
+        let room = if coalesce { body.len() } else { 0 };
+        let mut head =
+            wire::encode_request_head(&parts.method, &parts.uri, &parts.headers, body.len(), room);
+        let rest: &[u8] = if coalesce {
+            head.extend_from_slice(&body);
+            &[]
+        } else {
+            &body
+        };
         let mut conn = match self.pool.take(&key) {
             Some(conn) => conn,
             None => self.connect(&parts.uri).await?,
         };
-        let written = conn.write_request(head, &body).await;
+        let written = conn.write_request(&head, rest).await;
         let response = match conn.read_head().await {
             Ok(response) => response,
             // A peer that closed before reading the whole request may still have answered

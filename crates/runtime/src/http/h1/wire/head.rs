@@ -13,12 +13,14 @@ const MAX_HEADERS: usize = 128;
 
 /// Writes the head of a request with a body of `body_len` bytes: the request line, the headers
 /// (a `host` from the URI when there is none; framing headers are rebound's own), and a
-/// `content-length` unless it is a body-less `GET` or `HEAD`.
+/// `content-length` unless it is a body-less `GET` or `HEAD`. The buffer has `room` bytes of
+/// capacity to spare at its end, for a body that goes out in the same write.
 pub fn encode_request_head(
     method: &Method,
     uri: &Uri,
     headers: &HeaderMap,
     body_len: usize,
+    room: usize,
 ) -> Vec<u8> {
     let target = match uri.path_and_query().map(http::uri::PathAndQuery::as_str) {
         Some(target) if !target.is_empty() => target,
@@ -28,7 +30,11 @@ pub fn encode_request_head(
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len() + 4)
         .sum();
-    let mut out = Vec::with_capacity(method.as_str().len() + target.len() + size + 96);
+    // The request line's and host's lengths, the headers', and 64 for the fixed text and the
+    // content-length line.
+    let host = uri.authority().map_or(0, |a| a.as_str().len());
+    let mut out =
+        Vec::with_capacity(method.as_str().len() + target.len() + host + size + 64 + room);
     out.extend_from_slice(method.as_str().as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
@@ -234,14 +240,23 @@ mod tests {
         let uri: Uri = "http://127.0.0.1:8080/v1/chat/completions?x=1"
             .parse()
             .unwrap();
-        let head = encode_request_head(&Method::POST, &uri, &headers, 12);
+        let head = encode_request_head(&Method::POST, &uri, &headers, 12, 12);
+        // The body fits in behind the head without the buffer growing, long host or not.
+        assert!(head.capacity() - head.len() >= 12);
+        let long: Uri =
+            "https://a-rather-long-resource-name-for-a-deployment.openai.azure.com:8443\
+                         /openai/deployments/x/chat/completions?api-version=2024-10-21"
+                .parse()
+                .unwrap();
+        let long_head = encode_request_head(&Method::POST, &long, &HeaderMap::new(), 9, 300);
+        assert!(long_head.capacity() - long_head.len() >= 300);
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "POST /v1/chat/completions?x=1 HTTP/1.1\r\nhost: 127.0.0.1:8080\r\n\
              authorization: Bearer k\r\ncontent-length: 12\r\n\r\n"
         );
         let uri: Uri = "https://api.example.com".parse().unwrap();
-        let head = encode_request_head(&Method::GET, &uri, &HeaderMap::new(), 0);
+        let head = encode_request_head(&Method::GET, &uri, &HeaderMap::new(), 0, 0);
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "GET / HTTP/1.1\r\nhost: api.example.com\r\n\r\n"
@@ -249,7 +264,7 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert("host", HeaderValue::from_static("upstream.example"));
         let uri: Uri = "https://api.example.com:443/v1/models".parse().unwrap();
-        let head = encode_request_head(&Method::GET, &uri, &headers, 0);
+        let head = encode_request_head(&Method::GET, &uri, &headers, 0, 0);
         assert_eq!(
             String::from_utf8(head).unwrap(),
             "GET /v1/models HTTP/1.1\r\nhost: upstream.example\r\n\r\n"
