@@ -125,11 +125,6 @@ impl HttpClient {
         self.timeouts
     }
 
-    /// HTTP/1.1 connections waiting for a request.
-    pub fn idle_connections(&self) -> usize {
-        self.http1.idle_connections()
-    }
-
     /// Sends one request and waits for the response headers, at most `first_byte`. A request
     /// whose version is `HTTP_2` goes over HTTP/2; any other over HTTP/1.1.
     pub async fn send(
@@ -165,14 +160,12 @@ impl HttpClient {
 /// The error and its sources, joined.
 pub fn error_chain(e: &(dyn StdError + 'static)) -> String {
     let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
+    for cause in causes(e).skip(1) {
+        let text = cause.to_string();
         if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
-        source = s.source();
     }
     out
 }

@@ -189,6 +189,7 @@ impl Client {
     }
 
     /// Connections waiting for a request.
+    #[cfg(test)]
     pub(crate) fn idle_connections(&self) -> usize {
         self.pool.idle_count()
     }

@@ -454,3 +454,9 @@ async fn a_whole_read_refuses_a_body_over_its_limit_where_a_prefix_read_cuts_it(
     let prefix = read_body(&mut cut, 4, idle, never()).await;
     assert_eq!(prefix.unwrap(), "hell");
 }
+
+#[test]
+fn a_plain_connection_carries_no_room_for_tls_state() {
+    // TLS state is over 1 KiB; boxed, it costs a plain connection a pointer.
+    assert!(std::mem::size_of::<super::Connection>() <= 128);
+}
