@@ -100,7 +100,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             .collect();
         let store_path = config.store_path.clone();
         let store = SqliteStore::open(&store_path)
-            .map_err(|e| bad_input(format!("durable routes at {}: {e}", store_path.display())))?;
+            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
             .with_jobs(Arc::new(store))
             .with_log(log.clone());
@@ -109,7 +109,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
         let resumed = rebound_gateway::jobs::resume(server.gateway())
             .await
-            .map_err(|e| bad_input(format!("durable routes at {}: {e}", store_path.display())))?;
+            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
         let addr = server.addr();
         let mut out = std::io::stdout().lock();
         let _ = writeln!(

@@ -73,7 +73,7 @@ impl Gateway {
     }
 
     /// Enables durable jobs (`/v1/rebound/jobs`), kept in `store`.
-    pub fn with_jobs(mut self, store: Arc<dyn rebound_store::RouteStore>) -> Self {
+    pub fn with_jobs(mut self, store: Arc<dyn rebound_store::JobStore>) -> Self {
         self.jobs = Some(crate::jobs::Jobs::new(store));
         self
     }

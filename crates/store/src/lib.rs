@@ -1,24 +1,33 @@
 //! # rebound-store
 //!
-//! Durable routes (SPEC P1–P4): requests that may wait minutes or hours for a provider's
+//! Durable jobs (SPEC P1–P4): requests that may wait minutes or hours for a provider's
 //! reset or a fallback, and must carry on after the gateway or the machine restarts without
 //! ever sending the same work twice.
 //!
 //! ## What it owns
-//! - [`model`]: the route record (classification, policy snapshot, retry ordinals, absolute
-//!   deadline, pending outcome), its attempts, and the [`RouteStore`] interface.
+//! - [`model`]: the job record (classification, typed policy snapshot, retry ordinals,
+//!   absolute deadline, pending outcome), its attempts, and the [`JobStore`] interface: the
+//!   primitives every store provides.
+//! - [`reconcile`](mod@reconcile): the restart rule (P3), written once over [`JobStore`], so
+//!   every store inherits it rather than re-implementing it.
 //! - [`sqlite`]: the embedded implementation: one SQLite file, migrated on open.
 //!
 //! ## What it must never do
-//! Change a route except through [`RouteStore::transition`], which is fenced by the route's
+//! Change a job except through [`JobStore::transition`], which is fenced by the job's
 //! generation: a timer, a manual action or a provider result issued against an older
 //! generation changes nothing (P2). Re-arm after a restart anything that may have been sent
-//! (P3).
+//! (P3). Read a stored value it cannot parse as anything but an error naming the job and the
+//! field ([`StoreError::Corrupt`]).
+//!
+//! Time is a [`std::time::SystemTime`] at this crate's interface; integer milliseconds are
+//! the SQLite columns' business.
 
 pub mod model;
+pub mod reconcile;
 pub mod sqlite;
 
 pub use model::{
-    AttemptOp, AttemptRecord, JobRecord, JobState, NewJob, Reconciliation, RouteStore, StoreError,
+    AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
+pub use reconcile::{DueJob, Reconciliation, reconcile};
 pub use sqlite::SqliteStore;

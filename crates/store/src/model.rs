@@ -1,15 +1,18 @@
-//! What a durable route is: its record, its attempts, and the one interface that changes them.
+//! What a durable job is: its record, its attempts, and the one interface that changes them.
+
+use std::time::SystemTime;
 
 use rebound_core::TurnSnapshot;
+use rebound_core::policy::document::PolicyDocument;
 use serde::{Deserialize, Serialize};
 
-/// Where a durable route stands.
+/// Where a durable job stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Ready to dispatch, never sent (or replayable): runs as soon as possible.
     Pending,
-    /// Waiting until `deadline_ms` for a retry, a reset or a fallback.
+    /// Waiting until its deadline for a retry, a reset or a fallback.
     Waiting,
     /// An attempt is being sent: after a crash, it may or may not have reached the provider.
     Dispatching,
@@ -17,8 +20,8 @@ pub enum JobState {
     Succeeded,
     /// Recovery stopped with a terminal error.
     Failed,
-    /// A human must decide: unclassified or unsafe evidence, or an attempt that may have been
-    /// sent before a crash (P3).
+    /// A human must decide: unclassified or unsafe evidence, an attempt that may have been
+    /// sent before a crash (P3), or a record rebound can no longer act on.
     ActionRequired,
     /// Stopped by a manual action.
     Stopped,
@@ -63,8 +66,8 @@ impl JobState {
     }
 }
 
-/// A durable route, as stored. Everything needed to resume it after a restart is here (P1).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A durable job, as stored. Everything needed to resume it after a restart is here (P1).
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobRecord {
     /// Its id.
     pub id: String,
@@ -79,15 +82,15 @@ pub struct JobRecord {
     pub route_id: String,
     /// The candidates of the route, in order, as they were when it was created.
     pub candidates: Vec<String>,
-    /// The policy snapshot: one policy document per candidate.
-    pub policies: serde_json::Value,
+    /// The policy snapshot: one policy document per candidate, in the candidates' order, as
+    /// they were when it was created (a config change does not rewrite a running job).
+    pub policies: Vec<PolicyDocument>,
     /// The request body, forwarded as it is.
-    #[serde(skip)]
     pub request: Vec<u8>,
     /// The core's counters: candidate, retry ordinals, reset waits, attempts.
     pub turn: TurnSnapshot,
-    /// When a waiting route runs next, in milliseconds since the Unix epoch.
-    pub deadline_ms: Option<u64>,
+    /// When a waiting job runs next.
+    pub deadline: Option<SystemTime>,
     /// What the wait leads to (`retry`, `reset_wait`, `fallback`).
     pub pending_outcome: Option<String>,
     /// The last failure's classification (code, class, rule id, catalogue version).
@@ -95,44 +98,82 @@ pub struct JobRecord {
     /// The response status, when done.
     pub response_status: Option<u16>,
     /// The response body, when done.
-    #[serde(skip)]
     pub response: Option<Vec<u8>>,
-    /// The terminal error's diagnostics, when failed.
+    /// The terminal error's diagnostics, when failed, or why a human must decide.
     pub error: Option<serde_json::Value>,
-    /// Created, in milliseconds since the Unix epoch.
-    pub created_ms: u64,
-    /// Last changed, in milliseconds since the Unix epoch.
-    pub updated_ms: u64,
+    /// When it was created.
+    pub created: SystemTime,
+    /// When it last changed.
+    pub updated: SystemTime,
 }
 
-/// A route to create.
+/// A job to create.
 #[derive(Clone, Debug, PartialEq)]
 pub struct NewJob {
     /// `openai` or `anthropic`.
     pub protocol: String,
-    /// The gateway route.
+    /// The gateway route it runs on.
     pub route_id: String,
     /// Its candidates, in order.
     pub candidates: Vec<String>,
-    /// One policy document per candidate.
-    pub policies: serde_json::Value,
+    /// One policy document per candidate, in the same order.
+    pub policies: Vec<PolicyDocument>,
     /// The request body.
     pub request: Vec<u8>,
 }
 
+/// How an attempt ended, as far as rebound knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    /// Sent (or about to be): its outcome is not known yet.
+    InFlight,
+    /// The provider answered with a success.
+    Succeeded,
+    /// It failed; the record's classification says how.
+    Failed,
+    /// The process ended while it was out: it may or may not have reached the provider (P3).
+    Unknown,
+}
+
+impl AttemptOutcome {
+    /// Every outcome.
+    pub const ALL: [AttemptOutcome; 4] = [
+        AttemptOutcome::InFlight,
+        AttemptOutcome::Succeeded,
+        AttemptOutcome::Failed,
+        AttemptOutcome::Unknown,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::InFlight => "in_flight",
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::Failed => "failed",
+            AttemptOutcome::Unknown => "unknown",
+        }
+    }
+
+    /// Parses a stored name.
+    pub fn parse(name: &str) -> Option<AttemptOutcome> {
+        Self::ALL.into_iter().find(|o| o.as_str() == name)
+    }
+}
+
 /// One attempt, as recorded (C7: the classification chosen then stays with it).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttemptRecord {
-    /// 1-based, per route.
+    /// 1-based, per job.
     pub number: u32,
     /// The candidate it went to.
     pub candidate: String,
     /// When it was dispatched.
-    pub started_ms: u64,
+    pub started: SystemTime,
     /// When its outcome was known.
-    pub finished_ms: Option<u64>,
-    /// `in_flight`, `succeeded`, `failed`, `unknown` (the process ended while it was out).
-    pub outcome: String,
+    pub finished: Option<SystemTime>,
+    /// How it ended.
+    pub outcome: AttemptOutcome,
     /// The provider's status.
     pub status: Option<u16>,
     /// The semantic code.
@@ -147,22 +188,39 @@ pub struct AttemptRecord {
     pub phase: Option<String>,
 }
 
-/// A change to attempts made in the same transaction as a route's transition.
+impl AttemptRecord {
+    /// Attempt `number` to `candidate`, dispatched at `started`, its outcome not known yet.
+    pub fn in_flight(number: u32, candidate: impl Into<String>, started: SystemTime) -> Self {
+        AttemptRecord {
+            number,
+            candidate: candidate.into(),
+            started,
+            finished: None,
+            outcome: AttemptOutcome::InFlight,
+            status: None,
+            code: None,
+            class: None,
+            rule_id: None,
+            catalogue_version: None,
+            phase: None,
+        }
+    }
+}
+
+/// A change to attempts made in the same transaction as a job's transition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AttemptOp {
     /// Record a dispatched attempt.
     Begin(AttemptRecord),
-    /// Record the outcome of attempt `number`.
+    /// Record the outcome of attempt `number`: every field but `number` is written.
     Finish(AttemptRecord),
-}
-
-/// What a restart found (P3).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Reconciliation {
-    /// Routes to run: `(id, generation, deadline)`; no deadline means at once.
-    pub due: Vec<(String, u64, Option<u64>)>,
-    /// Routes moved to `action_required` because an attempt may have been sent.
-    pub action_required: Vec<String>,
+    /// Every attempt of the job still [`AttemptOutcome::InFlight`] becomes
+    /// [`AttemptOutcome::Unknown`], finished at `finished`: the process that sent it ended
+    /// before its outcome was known (P3).
+    MarkInFlightUnknown {
+        /// When the outcome was given up on.
+        finished: SystemTime,
+    },
 }
 
 /// A store that cannot do what was asked.
@@ -170,49 +228,68 @@ pub struct Reconciliation {
 #[non_exhaustive]
 pub enum StoreError {
     /// The transition was issued against an older generation; nothing changed.
-    #[error("route {id} is at generation {actual}, not {expected}: the transition is stale")]
+    #[error("job {id} is at generation {actual}, not {expected}: the transition is stale")]
     Stale {
-        /// The route.
+        /// The job.
         id: String,
         /// The generation the transition was issued against.
         expected: u64,
-        /// The route's generation.
+        /// The job's generation.
         actual: u64,
     },
-    /// No such route.
-    #[error("no route {0}")]
+    /// No such job.
+    #[error("no job {0}")]
     NotFound(String),
     /// The database failed.
-    #[error("route store: {0}")]
+    #[error("job store: {0}")]
     Database(String),
-    /// A stored value does not parse.
-    #[error("route store: corrupt record {0}")]
-    Corrupt(String),
+    /// A stored value cannot be read back, or a value cannot be stored.
+    #[error("job {id}: stored `{field}` is corrupt: {message}")]
+    Corrupt {
+        /// The job.
+        id: String,
+        /// The field (`policies`, `turn`, `attempts[2].outcome` …).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl StoreError {
+    /// A corrupt `field` of job `id`.
+    pub fn corrupt(id: &str, field: impl Into<String>, message: impl ToString) -> Self {
+        StoreError::Corrupt {
+            id: id.to_owned(),
+            field: field.into(),
+            message: message.to_string(),
+        }
+    }
 }
 
 /// The store interface: an embedded SQLite today (P4), a shared PostgreSQL for several
-/// gateways tomorrow (see `docs/durable-routes.md`).
-pub trait RouteStore: Send + Sync {
-    /// Creates a pending route.
-    fn create(&self, job: NewJob, now_ms: u64) -> Result<JobRecord, StoreError>;
-    /// One route.
+/// gateways tomorrow (see `docs/durable-jobs.md`). It offers primitives only; what a restart
+/// does with them (P3) is decided once, above every store, by [`crate::reconcile()`].
+pub trait JobStore: Send + Sync {
+    /// Creates a pending job, created at `now`.
+    fn create(&self, job: NewJob, now: SystemTime) -> Result<JobRecord, StoreError>;
+    /// One job.
     fn get(&self, id: &str) -> Result<JobRecord, StoreError>;
-    /// The newest routes first.
+    /// At most `limit` jobs, the newest first.
     fn list(&self, limit: usize) -> Result<Vec<JobRecord>, StoreError>;
-    /// A route's attempts, in order.
+    /// Every job in one of `states`, the oldest first.
+    fn in_states(&self, states: &[JobState]) -> Result<Vec<JobRecord>, StoreError>;
+    /// A job's attempts, in order.
     fn attempts(&self, id: &str) -> Result<Vec<AttemptRecord>, StoreError>;
-    /// The one transition owner (P2): applies `change` to the route if it is still at
-    /// `expected_generation`, together with its attempt operations, atomically, and bumps the
-    /// generation. A stale transition changes nothing.
+    /// The one transition owner (P2): applies `change` to the job if it is still at
+    /// `expected_generation`, together with the attempt operations it returns, atomically;
+    /// bumps the generation and sets `updated` to `now`. A stale transition changes nothing.
+    /// What is fixed at creation (protocol, route, candidates, policies, request, `created`)
+    /// is not `change`'s to alter: a store need not write it.
     fn transition(
         &self,
         id: &str,
         expected_generation: u64,
-        now_ms: u64,
+        now: SystemTime,
         change: &mut dyn FnMut(&mut JobRecord) -> Vec<AttemptOp>,
     ) -> Result<JobRecord, StoreError>;
-    /// After a restart (P3): routes waiting on a deadline or never dispatched are due again;
-    /// routes caught dispatching move to `action_required` and their open attempts to
-    /// `unknown`.
-    fn reconcile(&self, now_ms: u64) -> Result<Reconciliation, StoreError>;
 }

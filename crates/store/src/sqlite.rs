@@ -1,16 +1,25 @@
 //! The embedded store: one SQLite file, nothing to install or start (P4).
+//!
+//! Times are stored as integer milliseconds since the Unix epoch (the `_ms` columns) and are
+//! [`SystemTime`]s everywhere else: the conversion happens here, when a row is written or
+//! read, to the millisecond.
 
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::types::FromSql;
+use rusqlite::{Connection, Row, TransactionBehavior, named_params};
 
 use crate::model::{
-    AttemptOp, AttemptRecord, JobRecord, JobState, NewJob, Reconciliation, RouteStore, StoreError,
+    AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
 
-/// Schema migrations, applied in order; `PRAGMA user_version` counts those applied.
-const MIGRATIONS: [&str; 1] = [r"
+/// Schema migrations, applied in order; `PRAGMA user_version` counts those applied. A
+/// migration, once released, is never edited: databases at its version exist.
+const MIGRATIONS: [&str; 2] = [
+    // 1: the first schema, when durable jobs were called routes.
+    r"
 CREATE TABLE routes (
     id               TEXT PRIMARY KEY,
     generation       INTEGER NOT NULL,
@@ -46,13 +55,41 @@ CREATE TABLE attempts (
     phase             TEXT,
     PRIMARY KEY (route_id, number)
 );
-"];
+",
+    // 2: one word. The table is `jobs`, and an attempt names its job by `job_id` (a job's
+    // `route_id` is the gateway route it runs on). Renaming the table rewrites the foreign
+    // key that points at it; SQLite cannot rename an index, so it is made anew.
+    r"
+ALTER TABLE routes RENAME TO jobs;
+ALTER TABLE attempts RENAME COLUMN route_id TO job_id;
+DROP INDEX routes_by_state;
+CREATE INDEX jobs_by_state ON jobs (state, deadline_ms);
+",
+];
 
 fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
 }
 
-/// Durable routes in a SQLite file.
+/// Milliseconds since the Unix epoch, as the `_ms` columns hold time (negative before it).
+fn to_ms(t: SystemTime) -> i64 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
+        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
+    }
+}
+
+/// The time an `_ms` column holds; `None` when no [`SystemTime`] can hold it.
+fn from_ms(ms: i64) -> Option<SystemTime> {
+    let offset = Duration::from_millis(ms.unsigned_abs());
+    if ms >= 0 {
+        UNIX_EPOCH.checked_add(offset)
+    } else {
+        UNIX_EPOCH.checked_sub(offset)
+    }
+}
+
+/// Durable jobs in a SQLite file.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
 }
@@ -97,7 +134,9 @@ impl SqliteStore {
                 "BEGIN; {sql}; PRAGMA user_version = {}; COMMIT;",
                 i + 1
             ))
-            .map_err(db)?;
+            .map_err(|e| {
+                StoreError::Database(format!("migrating to schema version {}: {e}", i + 1))
+            })?;
         }
         Ok(SqliteStore {
             conn: Mutex::new(conn),
@@ -109,117 +148,179 @@ impl SqliteStore {
     }
 }
 
-const COLUMNS: &str = "id, generation, state, protocol, route_id, candidates, policies, request, turn, deadline_ms, \
-     pending_outcome, classification, response_status, response, error, created_ms, updated_ms";
+const COLUMNS: &str = "id, generation, state, protocol, route_id, candidates, policies, request, turn, \
+     deadline_ms, pending_outcome, classification, response_status, response, error, created_ms, updated_ms";
 
-fn json<T: serde::de::DeserializeOwned>(
-    id: &str,
-    text: Option<String>,
-) -> Result<Option<T>, StoreError> {
-    text.map(|t| serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("{id}: {e}"))))
-        .transpose()
+/// One row, read by column name; a value that does not convert is [`StoreError::Corrupt`]
+/// naming the job and the field.
+struct Fields<'r, 's> {
+    row: &'r Row<'s>,
+    id: String,
+    /// Prefix of the field names (`attempts[2].` for an attempt's row).
+    at: String,
 }
 
-fn read_job(row: &Row<'_>) -> rusqlite::Result<Result<JobRecord, StoreError>> {
-    let id: String = row.get(0)?;
-    let state: String = row.get(2)?;
-    let generation: i64 = row.get(1)?;
-    let raw = (
-        row.get::<_, String>(5)?,
-        row.get::<_, String>(6)?,
-        row.get::<_, String>(8)?,
-        row.get::<_, Option<String>>(11)?,
-        row.get::<_, Option<String>>(14)?,
-    );
-    let deadline: Option<i64> = row.get(9)?;
-    let status: Option<i64> = row.get(12)?;
-    let created: i64 = row.get(15)?;
-    let updated: i64 = row.get(16)?;
-    let (protocol, route_id, request, pending_outcome, response) = (
-        row.get::<_, String>(3)?,
-        row.get::<_, String>(4)?,
-        row.get::<_, Vec<u8>>(7)?,
-        row.get::<_, Option<String>>(10)?,
-        row.get::<_, Option<Vec<u8>>>(13)?,
-    );
-    Ok((|| {
-        Ok(JobRecord {
-            state: JobState::parse(&state)
-                .ok_or_else(|| StoreError::Corrupt(format!("{id}: state `{state}`")))?,
-            generation: u64::try_from(generation)
-                .map_err(|_| StoreError::Corrupt(format!("{id}: generation")))?,
-            candidates: json(&id, Some(raw.0))?.unwrap_or_default(),
-            policies: json(&id, Some(raw.1))?.unwrap_or_default(),
-            turn: json(&id, Some(raw.2))?.unwrap_or_default(),
-            classification: json(&id, raw.3)?,
-            error: json(&id, raw.4)?,
-            deadline_ms: deadline.and_then(|d| u64::try_from(d).ok()),
-            response_status: status.and_then(|s| u16::try_from(s).ok()),
-            created_ms: u64::try_from(created).unwrap_or(0),
-            updated_ms: u64::try_from(updated).unwrap_or(0),
-            protocol,
-            route_id,
-            request,
-            pending_outcome,
-            response,
-            id,
+impl Fields<'_, '_> {
+    fn field(&self, column: &str) -> String {
+        format!("{}{}", self.at, column.trim_end_matches("_ms"))
+    }
+
+    fn get<T: FromSql>(&self, column: &str) -> Result<T, StoreError> {
+        self.row.get(column).map_err(|e| match e {
+            rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..) => {
+                StoreError::corrupt(&self.id, self.field(column), e)
+            }
+            other => db(other),
         })
-    })())
+    }
+
+    fn json<T: serde::de::DeserializeOwned>(&self, column: &str) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        serde_json::from_str(&text)
+            .map_err(|e| StoreError::corrupt(&self.id, self.field(column), e))
+    }
+
+    fn json_or_null<T: serde::de::DeserializeOwned>(
+        &self,
+        column: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let text: Option<String> = self.get(column)?;
+        text.map(|t| {
+            serde_json::from_str(&t)
+                .map_err(|e| StoreError::corrupt(&self.id, self.field(column), e))
+        })
+        .transpose()
+    }
+
+    fn time(&self, column: &str) -> Result<SystemTime, StoreError> {
+        let ms: i64 = self.get(column)?;
+        from_ms(ms)
+            .ok_or_else(|| StoreError::corrupt(&self.id, self.field(column), format!("{ms} ms")))
+    }
+
+    fn time_or_null(&self, column: &str) -> Result<Option<SystemTime>, StoreError> {
+        let ms: Option<i64> = self.get(column)?;
+        ms.map(|ms| {
+            from_ms(ms).ok_or_else(|| {
+                StoreError::corrupt(&self.id, self.field(column), format!("{ms} ms"))
+            })
+        })
+        .transpose()
+    }
+
+    fn parsed<T>(&self, column: &str, parse: impl Fn(&str) -> Option<T>) -> Result<T, StoreError> {
+        let text: String = self.get(column)?;
+        parse(&text)
+            .ok_or_else(|| StoreError::corrupt(&self.id, self.field(column), format!("`{text}`")))
+    }
 }
 
-fn read_attempt(row: &Row<'_>) -> rusqlite::Result<AttemptRecord> {
-    Ok(AttemptRecord {
-        number: row.get(0)?,
-        candidate: row.get(1)?,
-        started_ms: u64::try_from(row.get::<_, i64>(2)?).unwrap_or(0),
-        finished_ms: row
-            .get::<_, Option<i64>>(3)?
-            .and_then(|v| u64::try_from(v).ok()),
-        outcome: row.get(4)?,
-        status: row
-            .get::<_, Option<i64>>(5)?
-            .and_then(|v| u16::try_from(v).ok()),
-        code: row.get(6)?,
-        class: row.get(7)?,
-        rule_id: row.get(8)?,
-        catalogue_version: row.get(9)?,
-        phase: row.get(10)?,
+fn read_job(row: &Row<'_>) -> Result<JobRecord, StoreError> {
+    let id: String = row.get("id").map_err(db)?;
+    let f = Fields {
+        row,
+        id: id.clone(),
+        at: String::new(),
+    };
+    Ok(JobRecord {
+        generation: f.get("generation")?,
+        state: f.parsed("state", JobState::parse)?,
+        protocol: f.get("protocol")?,
+        route_id: f.get("route_id")?,
+        candidates: f.json("candidates")?,
+        policies: f.json("policies")?,
+        request: f.get("request")?,
+        turn: f.json("turn")?,
+        deadline: f.time_or_null("deadline_ms")?,
+        pending_outcome: f.get("pending_outcome")?,
+        classification: f.json_or_null("classification")?,
+        response_status: f.get("response_status")?,
+        response: f.get("response")?,
+        error: f.json_or_null("error")?,
+        created: f.time("created_ms")?,
+        updated: f.time("updated_ms")?,
+        id,
     })
 }
 
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
+fn read_attempt(job: &str, row: &Row<'_>) -> Result<AttemptRecord, StoreError> {
+    let number: u32 = row.get("number").map_err(db)?;
+    let f = Fields {
+        row,
+        id: job.to_owned(),
+        at: format!("attempts[{number}]."),
+    };
+    Ok(AttemptRecord {
+        number,
+        candidate: f.get("candidate")?,
+        started: f.time("started_ms")?,
+        finished: f.time_or_null("finished_ms")?,
+        outcome: f.parsed("outcome", AttemptOutcome::parse)?,
+        status: f.get("status")?,
+        code: f.get("code")?,
+        class: f.get("class")?,
+        rule_id: f.get("rule_id")?,
+        catalogue_version: f.get("catalogue_version")?,
+        phase: f.get("phase")?,
+    })
+}
+
+/// Every row `sql` selects, read by `read`.
+fn select<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    read: impl Fn(&Row<'_>) -> Result<T, StoreError>,
+) -> Result<Vec<T>, StoreError> {
+    let mut stmt = conn.prepare(sql).map_err(db)?;
+    let mut rows = stmt.query(params).map_err(db)?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next().map_err(db)? {
+        out.push(read(row)?);
+    }
+    Ok(out)
 }
 
 fn get_job(conn: &Connection, id: &str) -> Result<JobRecord, StoreError> {
-    conn.query_row(
-        &format!("SELECT {COLUMNS} FROM routes WHERE id = ?1"),
-        [id],
-        read_job,
-    )
-    .optional()
-    .map_err(db)?
-    .ok_or_else(|| StoreError::NotFound(id.to_owned()))?
+    let mut stmt = conn
+        .prepare(&format!("SELECT {COLUMNS} FROM jobs WHERE id = :id"))
+        .map_err(db)?;
+    let mut rows = stmt.query(named_params! {":id": id}).map_err(db)?;
+    match rows.next().map_err(db)? {
+        Some(row) => read_job(row),
+        None => Err(StoreError::NotFound(id.to_owned())),
+    }
+}
+
+fn to_json(id: &str, field: &str, value: &impl serde::Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(value).map_err(|e| StoreError::corrupt(id, field, e))
 }
 
 fn write_job(conn: &Connection, job: &JobRecord) -> Result<(), StoreError> {
-    let text = |v: &serde_json::Value| v.to_string();
+    let id = job.id.as_str();
+    let json_or_null = |field: &str, v: &Option<serde_json::Value>| {
+        v.as_ref().map(|v| to_json(id, field, v)).transpose()
+    };
     conn.execute(
-        "UPDATE routes SET generation = ?2, state = ?3, turn = ?4, deadline_ms = ?5, pending_outcome = ?6, \
-         classification = ?7, response_status = ?8, response = ?9, error = ?10, updated_ms = ?11 WHERE id = ?1",
-        params![
-            job.id,
-            to_i64(job.generation),
-            job.state.as_str(),
-            serde_json::to_string(&job.turn).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            job.deadline_ms.map(to_i64),
-            job.pending_outcome,
-            job.classification.as_ref().map(text),
-            job.response_status.map(i64::from),
-            job.response,
-            job.error.as_ref().map(text),
-            to_i64(job.updated_ms),
-        ],
+        "UPDATE jobs SET generation = :generation, state = :state, turn = :turn, \
+         deadline_ms = :deadline_ms, pending_outcome = :pending_outcome, \
+         classification = :classification, response_status = :response_status, \
+         response = :response, error = :error, updated_ms = :updated_ms WHERE id = :id",
+        named_params! {
+            ":id": id,
+            ":generation": i64::try_from(job.generation).unwrap_or(i64::MAX),
+            ":state": job.state.as_str(),
+            ":turn": to_json(id, "turn", &job.turn)?,
+            ":deadline_ms": job.deadline.map(to_ms),
+            ":pending_outcome": job.pending_outcome,
+            ":classification": json_or_null("classification", &job.classification)?,
+            ":response_status": job.response_status,
+            ":response": job.response,
+            ":error": json_or_null("error", &job.error)?,
+            ":updated_ms": to_ms(job.updated),
+        },
     )
     .map_err(db)?;
     Ok(())
@@ -228,24 +329,54 @@ fn write_job(conn: &Connection, job: &JobRecord) -> Result<(), StoreError> {
 fn apply_attempt(conn: &Connection, id: &str, op: &AttemptOp) -> Result<(), StoreError> {
     match op {
         AttemptOp::Begin(a) => conn.execute(
-            "INSERT INTO attempts (route_id, number, candidate, started_ms, outcome) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![id, a.number, a.candidate, to_i64(a.started_ms), a.outcome],
+            "INSERT INTO attempts (job_id, number, candidate, started_ms, finished_ms, outcome, \
+             status, code, class, rule_id, catalogue_version, phase) VALUES (:job_id, :number, \
+             :candidate, :started_ms, :finished_ms, :outcome, :status, :code, :class, :rule_id, \
+             :catalogue_version, :phase)",
+            named_params! {
+                ":job_id": id,
+                ":number": a.number,
+                ":candidate": a.candidate,
+                ":started_ms": to_ms(a.started),
+                ":finished_ms": a.finished.map(to_ms),
+                ":outcome": a.outcome.as_str(),
+                ":status": a.status,
+                ":code": a.code,
+                ":class": a.class,
+                ":rule_id": a.rule_id,
+                ":catalogue_version": a.catalogue_version,
+                ":phase": a.phase,
+            },
         ),
         AttemptOp::Finish(a) => conn.execute(
-            "UPDATE attempts SET finished_ms = ?3, outcome = ?4, status = ?5, code = ?6, class = ?7, rule_id = ?8, \
-             catalogue_version = ?9, phase = ?10 WHERE route_id = ?1 AND number = ?2",
-            params![
-                id,
-                a.number,
-                a.finished_ms.map(to_i64),
-                a.outcome,
-                a.status.map(i64::from),
-                a.code,
-                a.class,
-                a.rule_id,
-                a.catalogue_version,
-                a.phase
-            ],
+            "UPDATE attempts SET candidate = :candidate, started_ms = :started_ms, \
+             finished_ms = :finished_ms, outcome = :outcome, status = :status, code = :code, \
+             class = :class, rule_id = :rule_id, catalogue_version = :catalogue_version, \
+             phase = :phase WHERE job_id = :job_id AND number = :number",
+            named_params! {
+                ":job_id": id,
+                ":number": a.number,
+                ":candidate": a.candidate,
+                ":started_ms": to_ms(a.started),
+                ":finished_ms": a.finished.map(to_ms),
+                ":outcome": a.outcome.as_str(),
+                ":status": a.status,
+                ":code": a.code,
+                ":class": a.class,
+                ":rule_id": a.rule_id,
+                ":catalogue_version": a.catalogue_version,
+                ":phase": a.phase,
+            },
+        ),
+        AttemptOp::MarkInFlightUnknown { finished } => conn.execute(
+            "UPDATE attempts SET outcome = :unknown, finished_ms = :finished_ms \
+             WHERE job_id = :job_id AND outcome = :in_flight",
+            named_params! {
+                ":job_id": id,
+                ":unknown": AttemptOutcome::Unknown.as_str(),
+                ":in_flight": AttemptOutcome::InFlight.as_str(),
+                ":finished_ms": to_ms(*finished),
+            },
         ),
     }
     .map_err(db)?;
@@ -256,8 +387,8 @@ fn new_id() -> String {
     format!("job_{:016x}{:08x}", fastrand::u64(..), fastrand::u32(..))
 }
 
-impl RouteStore for SqliteStore {
-    fn create(&self, job: NewJob, now_ms: u64) -> Result<JobRecord, StoreError> {
+impl JobStore for SqliteStore {
+    fn create(&self, job: NewJob, now: SystemTime) -> Result<JobRecord, StoreError> {
         let record = JobRecord {
             id: new_id(),
             generation: 1,
@@ -271,33 +402,35 @@ impl RouteStore for SqliteStore {
                 attempts: 1,
                 ..Default::default()
             },
-            deadline_ms: None,
+            deadline: None,
             pending_outcome: None,
             classification: None,
             response_status: None,
             response: None,
             error: None,
-            created_ms: now_ms,
-            updated_ms: now_ms,
+            created: now,
+            updated: now,
         };
-        let conn = self.conn();
-        conn.execute(
-            "INSERT INTO routes (id, generation, state, protocol, route_id, candidates, policies, request, turn, created_ms, updated_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)",
-            params![
-                record.id,
-                to_i64(record.generation),
-                record.state.as_str(),
-                record.protocol,
-                record.route_id,
-                serde_json::to_string(&record.candidates).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                record.policies.to_string(),
-                record.request,
-                serde_json::to_string(&record.turn).map_err(|e| StoreError::Corrupt(e.to_string()))?,
-                to_i64(now_ms),
-            ],
-        )
-        .map_err(db)?;
+        let id = record.id.as_str();
+        self.conn()
+            .execute(
+                "INSERT INTO jobs (id, generation, state, protocol, route_id, candidates, policies, \
+                 request, turn, created_ms, updated_ms) VALUES (:id, :generation, :state, \
+                 :protocol, :route_id, :candidates, :policies, :request, :turn, :now_ms, :now_ms)",
+                named_params! {
+                    ":id": id,
+                    ":generation": 1,
+                    ":state": record.state.as_str(),
+                    ":protocol": record.protocol,
+                    ":route_id": record.route_id,
+                    ":candidates": to_json(id, "candidates", &record.candidates)?,
+                    ":policies": to_json(id, "policies", &record.policies)?,
+                    ":request": record.request,
+                    ":turn": to_json(id, "turn", &record.turn)?,
+                    ":now_ms": to_ms(now),
+                },
+            )
+            .map_err(db)?;
         Ok(record)
     }
 
@@ -306,35 +439,41 @@ impl RouteStore for SqliteStore {
     }
 
     fn list(&self, limit: usize) -> Result<Vec<JobRecord>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT {COLUMNS} FROM routes ORDER BY created_ms DESC, id LIMIT ?1"
-            ))
-            .map_err(db)?;
-        let rows = stmt
-            .query_map([i64::try_from(limit).unwrap_or(i64::MAX)], read_job)
-            .map_err(db)?;
-        rows.map(|r| r.map_err(db)?).collect()
+        select(
+            &self.conn(),
+            &format!("SELECT {COLUMNS} FROM jobs ORDER BY created_ms DESC, id LIMIT :limit"),
+            named_params! {":limit": i64::try_from(limit).unwrap_or(i64::MAX)},
+            read_job,
+        )
+    }
+
+    fn in_states(&self, states: &[JobState]) -> Result<Vec<JobRecord>, StoreError> {
+        let placeholders = vec!["?"; states.len()].join(", ");
+        select(
+            &self.conn(),
+            &format!(
+                "SELECT {COLUMNS} FROM jobs WHERE state IN ({placeholders}) ORDER BY created_ms, id"
+            ),
+            rusqlite::params_from_iter(states.iter().map(|s| s.as_str())),
+            read_job,
+        )
     }
 
     fn attempts(&self, id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare(
-                "SELECT number, candidate, started_ms, finished_ms, outcome, status, code, class, rule_id, \
-                 catalogue_version, phase FROM attempts WHERE route_id = ?1 ORDER BY number",
-            )
-            .map_err(db)?;
-        let rows = stmt.query_map([id], read_attempt).map_err(db)?;
-        rows.map(|r| r.map_err(db)).collect()
+        select(
+            &self.conn(),
+            "SELECT number, candidate, started_ms, finished_ms, outcome, status, code, class, \
+             rule_id, catalogue_version, phase FROM attempts WHERE job_id = :job_id ORDER BY number",
+            named_params! {":job_id": id},
+            |row| read_attempt(id, row),
+        )
     }
 
     fn transition(
         &self,
         id: &str,
         expected_generation: u64,
-        now_ms: u64,
+        now: SystemTime,
         change: &mut dyn FnMut(&mut JobRecord) -> Vec<AttemptOp>,
     ) -> Result<JobRecord, StoreError> {
         let mut conn = self.conn();
@@ -352,7 +491,7 @@ impl RouteStore for SqliteStore {
         let ops = change(&mut job);
         job.id = id.to_owned();
         job.generation = expected_generation + 1;
-        job.updated_ms = now_ms;
+        job.updated = now;
         write_job(&tx, &job)?;
         for op in &ops {
             apply_attempt(&tx, id, op)?;
@@ -360,44 +499,23 @@ impl RouteStore for SqliteStore {
         tx.commit().map_err(db)?;
         Ok(job)
     }
+}
 
-    fn reconcile(&self, now_ms: u64) -> Result<Reconciliation, StoreError> {
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(db)?;
-        let mut out = Reconciliation::default();
-        let jobs: Vec<JobRecord> = {
-            let mut stmt = tx
-                .prepare(&format!("SELECT {COLUMNS} FROM routes WHERE state IN ('pending', 'waiting', 'dispatching')"))
-                .map_err(db)?;
-            let rows = stmt.query_map([], read_job).map_err(db)?;
-            rows.map(|r| r.map_err(db)?).collect::<Result<_, _>>()?
-        };
-        for mut job in jobs {
-            match job.state {
-                JobState::Dispatching => {
-                    job.state = JobState::ActionRequired;
-                    job.generation += 1;
-                    job.updated_ms = now_ms;
-                    job.deadline_ms = None;
-                    job.error = Some(serde_json::json!({
-                        "reason": "attempt_may_have_been_sent",
-                        "message": "rebound stopped while an attempt was out; it may have reached the provider, so it is not re-sent blindly"
-                    }));
-                    write_job(&tx, &job)?;
-                    tx.execute(
-                        "UPDATE attempts SET outcome = 'unknown', finished_ms = ?2 WHERE route_id = ?1 AND outcome = 'in_flight'",
-                        params![job.id, to_i64(now_ms)],
-                    )
-                    .map_err(db)?;
-                    out.action_required.push(job.id);
-                }
-                JobState::Waiting => out.due.push((job.id, job.generation, job.deadline_ms)),
-                _ => out.due.push((job.id, job.generation, None)),
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_round_trip_through_milliseconds() {
+        for ms in [0, 1, 1_796_050_800_123, -86_400_000, 253_402_300_799_999] {
+            let t = from_ms(ms).unwrap();
+            assert_eq!(to_ms(t), ms);
         }
-        tx.commit().map_err(db)?;
-        Ok(out)
+        // Below the millisecond is not kept.
+        let t = UNIX_EPOCH + Duration::from_micros(1_500);
+        assert_eq!(
+            from_ms(to_ms(t)),
+            Some(UNIX_EPOCH + Duration::from_millis(1))
+        );
     }
 }

@@ -1,5 +1,8 @@
 //! Durable jobs across crashes: SIGKILL the gateway while a job waits, and while an attempt
 //! is in flight (P1, P3), with `rebound chaos` counting every request.
+//!
+//! The gateway and chaos are other processes: the tests wait for what they can observe (a
+//! banner line, a job's state, chaos's request count), checked in a loop under a deadline.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -10,7 +13,8 @@ use serde_json::Value;
 
 use crate::http;
 
-struct Proc(Child, String);
+/// A process, its address, and the lines of its banner read so far.
+struct Proc(Child, String, Vec<String>);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -19,20 +23,29 @@ impl Drop for Proc {
     }
 }
 
-fn start(args: &[&str]) -> Proc {
+/// Starts `rebound` with `args` and reads its banner up to the first line containing
+/// `until` (the first line when `until` is empty).
+fn start(args: &[&str], until: &str) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut first = String::new();
-    reader.read_line(&mut first).unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut banner = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains(until);
+        banner.push(line);
+        if done {
+            break;
+        }
+    }
     // Keep draining the banner so the process never meets a closed pipe.
-    std::thread::spawn(move || for _ in reader.lines() {});
-    let addr = first.trim().rsplit(' ').next().unwrap().to_owned();
-    Proc(child, addr)
+    std::thread::spawn(move || for _ in lines {});
+    let addr = banner[0].trim().rsplit(' ').next().unwrap().to_owned();
+    Proc(child, addr, banner)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -48,11 +61,31 @@ fn serve(dir: &Path, chaos: &str) -> Proc {
         &config,
         format!(
             "listen = \"127.0.0.1:0\"\nstore_path = \"{}\"\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{chaos}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n",
-            dir.join("routes.db").display()
+            dir.join("jobs.db").display()
         ),
     )
     .unwrap();
-    start(&["serve", "--config", config.to_str().unwrap()])
+    // The banner's jobs line comes after the restart rule has run: it counts what it found.
+    start(
+        &["serve", "--config", config.to_str().unwrap()],
+        " resumed, ",
+    )
+}
+
+/// The banner's count of jobs resumed and of jobs that need action.
+fn reconciled(gateway: &Proc) -> (u64, u64) {
+    let line = gateway.2.last().unwrap();
+    let counts = line.split('(').nth(1).unwrap();
+    let number = |word: &str| -> u64 {
+        let before = counts.split(word).next().unwrap();
+        before
+            .rsplit([' ', ','])
+            .find(|w| !w.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    (number(" resumed"), number(" need action"))
 }
 
 fn body_of(response: &str) -> Value {
@@ -76,19 +109,37 @@ fn get(addr: &str, path: &str) -> Value {
     ))
 }
 
-fn wait_for(addr: &str, id: &str, state: &str, within: Duration) -> Value {
+/// How long between two looks at another process's state.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Looks at `observe()` until `done` holds of it, for at most `within`; the last observation.
+fn poll<T: std::fmt::Debug>(
+    what: &str,
+    within: Duration,
+    observe: impl Fn() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
     let deadline = Instant::now() + within;
     loop {
-        let job = get(addr, &format!("/v1/rebound/jobs/{id}"));
-        if job["state"] == state {
-            return job;
+        let seen = observe();
+        if done(&seen) {
+            return seen;
         }
         assert!(
             Instant::now() < deadline,
-            "job never reached {state}: {job}"
+            "{what} within {within:?}; last seen: {seen:?}"
         );
-        std::thread::sleep(Duration::from_millis(25));
+        std::thread::sleep(POLL);
     }
+}
+
+fn wait_for(addr: &str, id: &str, state: &str, within: Duration) -> Value {
+    poll(
+        &format!("job {id} reaching {state}"),
+        within,
+        || get(addr, &format!("/v1/rebound/jobs/{id}")),
+        |job| job["state"] == state,
+    )
 }
 
 fn attempts(chaos: &str) -> u64 {
@@ -102,15 +153,18 @@ const JOB: &str = r#"{"protocol": "openai", "request": {"model": "gpt-x", "messa
 #[test]
 fn a_job_waiting_on_a_deadline_survives_sigkill_and_resumes_at_its_deadline() {
     let dir = temp_dir("wait");
-    let chaos = start(&[
-        "chaos",
-        "--listen",
-        "127.0.0.1:0",
-        "--chunk-delay-ms",
-        "0",
-        "--script",
-        "default=429+retry-after:2, ok",
-    ]);
+    let chaos = start(
+        &[
+            "chaos",
+            "--listen",
+            "127.0.0.1:0",
+            "--chunk-delay-ms",
+            "0",
+            "--script",
+            "default=429+retry-after:2, ok",
+        ],
+        "",
+    );
     let gateway = serve(&dir, &chaos.1);
     let id = post(&gateway.1, "/v1/rebound/jobs", JOB)["id"]
         .as_str()
@@ -120,6 +174,7 @@ fn a_job_waiting_on_a_deadline_survives_sigkill_and_resumes_at_its_deadline() {
     let deadline = waiting["deadline_ms"].as_u64().unwrap();
     drop(gateway); // SIGKILL
     let gateway = serve(&dir, &chaos.1);
+    assert_eq!(reconciled(&gateway), (1, 0), "{:?}", gateway.2);
     let done = wait_for(&gateway.1, &id, "succeeded", Duration::from_secs(10));
     let attempts_on_record = done["attempts"].as_array().unwrap();
     assert_eq!(attempts_on_record.len(), 2, "{done}");
@@ -135,28 +190,40 @@ fn a_job_waiting_on_a_deadline_survives_sigkill_and_resumes_at_its_deadline() {
 #[test]
 fn a_job_killed_with_an_attempt_in_flight_needs_action_and_is_not_resent() {
     let dir = temp_dir("flight");
-    let chaos = start(&[
-        "chaos",
-        "--listen",
-        "127.0.0.1:0",
-        "--chunk-delay-ms",
-        "0",
-        "--script",
-        "default=stall:3000, ok",
-    ]);
+    let chaos = start(
+        &[
+            "chaos",
+            "--listen",
+            "127.0.0.1:0",
+            "--chunk-delay-ms",
+            "0",
+            "--script",
+            "default=stall:3000, ok",
+        ],
+        "",
+    );
     let gateway = serve(&dir, &chaos.1);
     let id = post(&gateway.1, "/v1/rebound/jobs", JOB)["id"]
         .as_str()
         .unwrap()
         .to_owned();
     wait_for(&gateway.1, &id, "dispatching", Duration::from_secs(5));
-    std::thread::sleep(Duration::from_millis(100));
+    // The attempt has reached the provider (chaos holds it, stalled).
+    poll(
+        "the attempt reaching chaos",
+        Duration::from_secs(5),
+        || attempts(&chaos.1),
+        |n| *n == 1,
+    );
     drop(gateway); // SIGKILL while the attempt is out
     let gateway = serve(&dir, &chaos.1);
-    let job = wait_for(&gateway.1, &id, "action_required", Duration::from_secs(5));
+    // The restart rule ran before the banner: nothing to resume, so no driver was started
+    // that could re-send; one job held for a human.
+    assert_eq!(reconciled(&gateway), (0, 1), "{:?}", gateway.2);
+    let job = get(&gateway.1, &format!("/v1/rebound/jobs/{id}"));
+    assert_eq!(job["state"], "action_required", "{job}");
     assert_eq!(job["error"]["reason"], "attempt_may_have_been_sent");
     assert_eq!(job["attempts"][0]["outcome"], "unknown");
-    std::thread::sleep(Duration::from_millis(500));
     assert_eq!(
         attempts(&chaos.1),
         1,
@@ -180,6 +247,7 @@ fn a_job_killed_with_an_attempt_in_flight_needs_action_and_is_not_resent() {
         String::from_utf8_lossy(&out.stderr)
     );
     wait_for(&gateway.1, &id, "succeeded", Duration::from_secs(5));
+    // Exactly one more request in all: the human's retry, and no blind re-send before it.
     assert_eq!(attempts(&chaos.1), 2);
     let list = Command::new(env!("CARGO_BIN_EXE_rebound"))
         .args([

@@ -1,18 +1,18 @@
 //! The jobs API: submit, read, follow, and act on durable jobs.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use rebound_core::policy::document::PolicyDocument;
-use rebound_core::{Caller, Turn};
+use rebound_core::{Caller, Catalogue, Turn};
 use rebound_runtime::Protocol;
 use rebound_store::{JobRecord, JobState, NewJob, StoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
 
-use super::{Jobs, now_ms, policies_of, spawn_driver, summary};
+use super::view::summary;
+use super::{Jobs, policies_of, spawn_driver};
 use crate::server::{Body, Gateway, full};
 
 fn json_response(status: StatusCode, value: &Value) -> http::Response<Body> {
@@ -186,10 +186,10 @@ async fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Respo
         },
         route_id: route.id.clone(),
         candidates: route.candidates.iter().map(|c| c.id.clone()).collect(),
-        policies: serde_json::to_value(policies).unwrap_or(Value::Null),
+        policies,
         request: submit.request.into_bytes(),
     };
-    let now = now_ms(gateway);
+    let now = gateway.clock.now();
     match jobs.off_thread(move |store| store.create(new, now)).await {
         Ok(job) => {
             spawn_driver(gateway, job.id.clone());
@@ -199,37 +199,45 @@ async fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Respo
     }
 }
 
-/// A manual action on a job record; `Some(reason)` when the action is refused.
-fn apply_manual(job: &mut JobRecord, action: &str, gateway: &Gateway) -> Option<String> {
-    let mut turn = Turn::restore(policies_of(job, gateway), Caller::Session, &job.turn);
-    match action {
-        "stop" => {
-            job.state = JobState::Stopped;
-            job.deadline_ms = None;
-        }
-        _ if job.state == JobState::Succeeded => return Some("the job succeeded".into()),
-        "retry" => {
-            turn.begin_manual_attempt();
-            job.state = JobState::Pending;
-            job.deadline_ms = None;
-            job.pending_outcome = Some("manual_retry".into());
-        }
-        _ => {
-            if turn.skip() {
-                job.state = JobState::Pending;
-                job.pending_outcome = Some("manual_skip".into());
-            } else {
-                job.state = JobState::Failed;
-                job.error = Some(json!({
-                    "reason": "route_ended",
-                    "message": "skipped past the last candidate",
-                }));
-            }
-            job.deadline_ms = None;
-        }
+/// A manual action on a job record; `Err(reason)` when it is refused, and then the record is
+/// unchanged. `stop` is always possible; `retry` and `skip` need a policy snapshot this
+/// gateway can run.
+fn apply_manual(job: &mut JobRecord, action: &str, catalogue: &Catalogue) -> Result<(), String> {
+    if action == "stop" {
+        job.state = JobState::Stopped;
+        job.deadline = None;
+        return Ok(());
     }
+    if job.state == JobState::Succeeded {
+        return Err("the job succeeded".into());
+    }
+    let policies = policies_of(job, catalogue).map_err(|e| e.to_string())?;
+    let mut turn = Turn::restore(policies, Caller::Session, &job.turn);
+    if action == "retry" {
+        turn.begin_manual_attempt();
+        job.state = JobState::Pending;
+        job.pending_outcome = Some("manual_retry".into());
+    } else if turn.skip() {
+        job.state = JobState::Pending;
+        job.pending_outcome = Some("manual_skip".into());
+    } else {
+        job.state = JobState::Failed;
+        job.error = Some(json!({
+            "reason": "route_ended",
+            "message": "skipped past the last candidate",
+        }));
+    }
+    job.deadline = None;
     job.turn = turn.snapshot();
-    None
+    Ok(())
+}
+
+/// Why a manual action changed nothing.
+enum Unchanged {
+    /// The action does not apply to the job as it is.
+    Refused(String),
+    /// The store said no: stale, not found, or failed.
+    Store(StoreError),
 }
 
 async fn manual(
@@ -243,33 +251,33 @@ async fn manual(
         Ok(generation) => generation,
         Err(message) => return problem(StatusCode::BAD_REQUEST, &message),
     };
-    let (target, at, act, owner) = (
+    let (target, now, act, catalogue) = (
         id.to_owned(),
-        now_ms(gateway),
+        gateway.clock.now(),
         action.to_owned(),
-        Arc::clone(gateway),
+        Arc::clone(&gateway.catalogue),
     );
     let decided = jobs
         .off_thread(move |store| {
-            let mut refused: Option<String> = None;
-            let result = store.transition(&target, generation, at, &mut |job| {
-                refused = apply_manual(job, &act, &owner);
-                vec![]
-            });
-            Ok((result, refused))
+            // Decide on the job as read; the transition, fenced by the same generation, then
+            // applies the same decision to the same record. A refused action commits nothing,
+            // so it moves no generation on.
+            let current = store.get(&target)?;
+            if current.generation == generation
+                && let Err(reason) = apply_manual(&mut current.clone(), &act, &catalogue)
+            {
+                return Ok(Err(Unchanged::Refused(reason)));
+            }
+            Ok(store
+                .transition(&target, generation, now, &mut |job| {
+                    let _ = apply_manual(job, &act, &catalogue);
+                    vec![]
+                })
+                .map_err(Unchanged::Store))
         })
-        .await;
-    let (result, refused) = match decided {
-        Ok(decided) => decided,
-        Err(e) => (Err(e), None),
-    };
-    if let Some(reason) = refused {
-        return problem(
-            StatusCode::CONFLICT,
-            &format!("rebound: cannot {action}: {reason}"),
-        );
-    }
-    match result {
+        .await
+        .unwrap_or_else(|e| Err(Unchanged::Store(e)));
+    match decided {
         Ok(job) => {
             jobs.publish(&job);
             jobs.waker(&job.id).notify_one();
@@ -278,32 +286,38 @@ async fn manual(
             }
             json_response(StatusCode::OK, &summary(&job, None))
         }
-        Err(StoreError::Stale { actual, .. }) => json_response(
+        Err(Unchanged::Refused(reason)) => problem(
+            StatusCode::CONFLICT,
+            &format!("rebound: cannot {action}: {reason}"),
+        ),
+        Err(Unchanged::Store(StoreError::Stale { actual, .. })) => json_response(
             StatusCode::CONFLICT,
             &json!({"error": {"message": format!("rebound: the job moved on to generation {actual}; nothing changed"), "type": "stale_generation"}, "generation": actual}),
         ),
-        Err(StoreError::NotFound(_)) => {
+        Err(Unchanged::Store(StoreError::NotFound(_))) => {
             problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"))
         }
-        Err(e) => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(Unchanged::Store(e)) => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
 
 async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
+    // Subscribe before reading: a change committed in between is then both in the record
+    // read and in the stream, never in neither.
+    let mut rx = jobs.subscribe(id);
     let job = match jobs.get(id).await {
         Ok(job) => job,
-        Err(StoreError::NotFound(_)) => {
-            return problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"));
+        Err(e) => {
+            drop(rx);
+            jobs.unsubscribe_idle(id);
+            return match e {
+                StoreError::NotFound(_) => {
+                    problem(StatusCode::NOT_FOUND, &format!("rebound: no job {id}"))
+                }
+                e => problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            };
         }
-        Err(e) => return problem(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     };
-    let mut rx = jobs
-        .events
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .entry(id.to_owned())
-        .or_insert_with(|| broadcast::channel(64).0)
-        .subscribe();
     let (tx, body_rx) = crate::forward::pipe::pipe();
     let first = summary(&job, None).to_string();
     let done = job.state.is_final() || job.state == JobState::ActionRequired;

@@ -1,7 +1,7 @@
 //! The job driver: dispatches, waits and decides, committing each step before acting (P1).
 
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, header};
@@ -11,10 +11,10 @@ use rebound_core::{
     Action, Caller, Evidence, Failure, Headers, Phase, Safety, TransportKind, Turn, WaitKind,
 };
 use rebound_runtime::http::read_whole;
-use rebound_store::{AttemptOp, AttemptRecord, JobRecord, JobState};
+use rebound_store::{AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState};
 use serde_json::json;
 
-use super::{Jobs, candidate_of, now_ms, policies_of};
+use super::{Jobs, candidate_of, policies_of};
 use crate::config::Candidate;
 use crate::server::Gateway;
 
@@ -37,16 +37,17 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
                 }
             }
             JobState::Waiting => {
-                let deadline = UNIX_EPOCH + Duration::from_millis(job.deadline_ms.unwrap_or(0));
-                let wait = deadline
-                    .duration_since(gateway.clock.now())
-                    .unwrap_or(Duration::ZERO);
+                let wait = job.deadline.map_or(Duration::ZERO, |deadline| {
+                    deadline
+                        .duration_since(gateway.clock.now())
+                        .unwrap_or(Duration::ZERO)
+                });
                 tokio::select! {
                     () = gateway.sleeper.sleep(wait) => {
                         // The timer's transition is fenced: a manual action since then wins.
-                        let moved = jobs.transition(&id, job.generation, now_ms(&gateway), |j| {
+                        let moved = jobs.transition(&id, job.generation, gateway.clock.now(), |j| {
                             j.state = JobState::Pending;
-                            j.deadline_ms = None;
+                            j.deadline = None;
                             vec![]
                         }).await;
                         if let Ok(job) = moved {
@@ -66,53 +67,54 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
 /// failed).
 async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
     let Some(candidate) = candidate_of(gateway, &job) else {
-        let _ = jobs
-            .transition(&job.id, job.generation, now_ms(gateway), |j| {
-                j.state = JobState::ActionRequired;
-                j.error = Some(json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"}));
-                vec![]
-            })
-            .await;
+        let gone = json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"});
+        let _ = jobs.require_action(&job, gateway.clock.now(), gone).await;
         return false;
     };
+    // The snapshot decides what follows a failure: one this gateway cannot run is a human's
+    // to resolve, before anything is sent.
+    let policies = match policies_of(&job, &gateway.catalogue) {
+        Ok(policies) => policies,
+        Err(invalid) => {
+            let _ = jobs
+                .require_action(&job, gateway.clock.now(), invalid.to_job_error())
+                .await;
+            return false;
+        }
+    };
     let number = job.turn.attempts.max(1);
-    let started = now_ms(gateway);
+    let started = gateway.clock.now();
     // P1/P3: the attempt is on record as possibly sent before a byte leaves.
     let candidate_id = candidate.id.clone();
     let dispatched = jobs
         .transition(&job.id, job.generation, started, move |j| {
             j.state = JobState::Dispatching;
-            vec![AttemptOp::Begin(AttemptRecord {
+            vec![AttemptOp::Begin(AttemptRecord::in_flight(
                 number,
-                candidate: candidate_id.clone(),
-                started_ms: started,
-                outcome: "in_flight".into(),
-                ..AttemptRecord::default()
-            })]
+                candidate_id.clone(),
+                started,
+            ))]
         })
         .await;
     let Ok(job) = dispatched else { return false };
     jobs.publish(&job);
     gateway.metrics.attempt(&candidate.id);
     let outcome = send(gateway, &candidate, &job).await;
-    let finished = now_ms(gateway);
+    let finished = gateway.clock.now();
     let mut attempt = AttemptRecord {
-        number,
-        candidate: candidate.id.clone(),
-        started_ms: started,
-        finished_ms: Some(finished),
-        ..AttemptRecord::default()
+        finished: Some(finished),
+        ..AttemptRecord::in_flight(number, candidate.id.clone(), started)
     };
     let evidence = match outcome {
         Ok((status, body)) => {
-            attempt.outcome = "succeeded".into();
+            attempt.outcome = AttemptOutcome::Succeeded;
             attempt.status = Some(status);
             let done = jobs
                 .transition(&job.id, job.generation, finished, move |j| {
                     j.state = JobState::Succeeded;
                     j.response_status = Some(status);
                     j.response = Some(body.clone());
-                    j.deadline_ms = None;
+                    j.deadline = None;
                     vec![AttemptOp::Finish(attempt.clone())]
                 })
                 .await;
@@ -125,7 +127,7 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
     };
     let now = gateway.clock.now();
     let classification = gateway.catalogue.classify(&evidence, now);
-    let mut turn = Turn::restore(policies_of(&job, gateway), Caller::Session, &job.turn);
+    let mut turn = Turn::restore(policies, Caller::Session, &job.turn);
     let action = turn.on_failure(
         Failure {
             evidence: &evidence,
@@ -135,7 +137,7 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
         now,
         Jitter::new(gateway.draw()),
     );
-    attempt.outcome = "failed".into();
+    attempt.outcome = AttemptOutcome::Failed;
     attempt.status = evidence.status;
     attempt.code = classification.code.as_ref().map(|c| c.to_string());
     attempt.class = Some(classification.verdict.label().to_owned());
@@ -148,17 +150,13 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
     });
     let snapshot_after = turn.snapshot();
     let result = jobs
-        .transition(&job.id, job.generation, now_ms(gateway), move |j| {
+        .transition(&job.id, job.generation, gateway.clock.now(), move |j| {
             j.classification = Some(recorded.clone());
             j.turn = snapshot_after.clone();
             match &action {
                 Action::Retry(wait) => {
                     j.state = JobState::Waiting;
-                    let deadline = now + wait.delay;
-                    j.deadline_ms = deadline
-                        .duration_since(UNIX_EPOCH)
-                        .ok()
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                    j.deadline = Some(now + wait.delay);
                     j.pending_outcome = Some(match wait.kind {
                         WaitKind::ResetWait => "reset_wait".into(),
                         _ => "retry".into(),
@@ -166,7 +164,7 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
                 }
                 Action::Fallback { .. } => {
                     j.state = JobState::Pending;
-                    j.deadline_ms = None;
+                    j.deadline = None;
                     j.pending_outcome = Some("fallback".into());
                 }
                 Action::Stop(diagnostics) => {
@@ -174,7 +172,7 @@ async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
                         StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
                         _ => JobState::Failed,
                     };
-                    j.deadline_ms = None;
+                    j.deadline = None;
                     j.pending_outcome = None;
                     j.error = serde_json::to_value(diagnostics).ok();
                 }

@@ -1,23 +1,28 @@
-//! Durable routes in the gateway: the jobs API (`/v1/rebound/jobs`) and the driver that runs
+//! Durable jobs in the gateway: the jobs API (`/v1/rebound/jobs`) and the driver that runs
 //! each job through its route, persisting every decision before acting on it (P1–P3).
 //!
 //! A job is a non-streaming chat-completions or messages request that may wait for hours (a
 //! quota reset, a long `retry-after`) and must survive a restart. Every change goes through the
 //! store's generation-fenced transition; a timer that fires after a manual action, or a manual
 //! action issued against an old generation, changes nothing.
+//!
+//! [`Jobs`] is the state every part shares: the store (reached off the async thread), each
+//! job's waker and each job's event channel. The API (`api`) and the driver use it; it uses
+//! neither.
 
 mod api;
 mod driver;
+mod view;
 
 pub use api::{Submission, parse_manual_action, parse_submission};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::UNIX_EPOCH;
+use std::time::SystemTime;
 
-use rebound_core::Policy;
-use rebound_core::policy::document::PolicyDocument;
-use rebound_store::{AttemptOp, AttemptRecord, JobRecord, RouteStore, StoreError};
+use rebound_core::policy::document::PolicyError;
+use rebound_core::{Catalogue, Policy};
+use rebound_store::{AttemptOp, JobRecord, JobState, JobStore, Reconciliation, StoreError};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, broadcast};
 
@@ -26,25 +31,19 @@ pub(crate) use api::handle;
 use crate::config::Candidate;
 use crate::server::Gateway;
 
+/// How many state changes a slow event follower may fall behind before it misses some.
+const EVENTS_BUFFERED: usize = 64;
+
 /// Jobs: the store, and the wakers and event channels of running jobs.
 pub struct Jobs {
-    store: Arc<dyn RouteStore>,
+    store: Arc<dyn JobStore>,
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
     events: Mutex<HashMap<String, broadcast::Sender<String>>>,
 }
 
-fn now_ms(gateway: &Gateway) -> u64 {
-    gateway
-        .clock
-        .now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
-}
-
 impl Jobs {
     /// Jobs kept in `store`.
-    pub fn new(store: Arc<dyn RouteStore>) -> Self {
+    pub fn new(store: Arc<dyn JobStore>) -> Self {
         Jobs {
             store,
             wakers: Mutex::default(),
@@ -53,16 +52,16 @@ impl Jobs {
     }
 
     /// The store.
-    pub fn store(&self) -> &Arc<dyn RouteStore> {
+    pub fn store(&self) -> &Arc<dyn JobStore> {
         &self.store
     }
 
     /// Runs store work on the blocking pool. SQLite waits for the disk on every commit
     /// (`synchronous=FULL`), and the gateway's async thread meanwhile serves every live
     /// request and stream: it must never wait for a disk.
-    async fn off_thread<T: Send + 'static>(
+    pub(crate) async fn off_thread<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&dyn RouteStore) -> Result<T, StoreError> + Send + 'static,
+        work: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
         let store = Arc::clone(&self.store);
         tokio::task::spawn_blocking(move || work(store.as_ref()))
@@ -71,34 +70,76 @@ impl Jobs {
     }
 
     /// One job, read off the async thread.
-    async fn get(&self, id: &str) -> Result<JobRecord, StoreError> {
+    pub(crate) async fn get(&self, id: &str) -> Result<JobRecord, StoreError> {
         let id = id.to_owned();
         self.off_thread(move |store| store.get(&id)).await
     }
 
-    /// A fenced transition (P2), committed off the async thread.
-    async fn transition(
+    /// A fenced transition (P2) at `now`, committed off the async thread: `change` applies
+    /// only if the job is still at `expected_generation`, else [`StoreError::Stale`] and
+    /// nothing changed. The caller publishes the result ([`Jobs::publish`]).
+    pub(crate) async fn transition(
         &self,
         id: &str,
         expected_generation: u64,
-        now_ms: u64,
+        now: SystemTime,
         mut change: impl FnMut(&mut JobRecord) -> Vec<AttemptOp> + Send + 'static,
     ) -> Result<JobRecord, StoreError> {
         let id = id.to_owned();
-        self.off_thread(move |store| {
-            store.transition(&id, expected_generation, now_ms, &mut change)
-        })
-        .await
+        self.off_thread(move |store| store.transition(&id, expected_generation, now, &mut change))
+            .await
     }
 
-    fn publish(&self, job: &JobRecord) {
+    /// Moves `job` (at its generation) to `action_required` with `error`, the reason a human
+    /// must decide, and publishes it.
+    pub(crate) async fn require_action(
+        &self,
+        job: &JobRecord,
+        now: SystemTime,
+        error: Value,
+    ) -> Result<JobRecord, StoreError> {
+        let held = self
+            .transition(&job.id, job.generation, now, move |j| {
+                j.state = JobState::ActionRequired;
+                j.deadline = None;
+                j.error = Some(error.clone());
+                vec![]
+            })
+            .await?;
+        self.publish(&held);
+        Ok(held)
+    }
+
+    /// Tells whoever follows the job's events (`GET /v1/rebound/jobs/{id}/events`) its new
+    /// state. Call it after every committed transition.
+    pub(crate) fn publish(&self, job: &JobRecord) {
         let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = events.get(&job.id) {
-            let _ = tx.send(summary(job, None).to_string());
+            let _ = tx.send(view::summary(job, None).to_string());
         }
     }
 
-    fn waker(&self, id: &str) -> Arc<Notify> {
+    /// Follows the job's published states from now on.
+    pub(crate) fn subscribe(&self, id: &str) -> broadcast::Receiver<String> {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(id.to_owned())
+            .or_insert_with(|| broadcast::channel(EVENTS_BUFFERED).0)
+            .subscribe()
+    }
+
+    /// Drops the job's event channel if nobody follows it (a job that was not found).
+    pub(crate) fn unsubscribe_idle(&self, id: &str) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if events.get(id).is_some_and(|tx| tx.receiver_count() == 0) {
+            events.remove(id);
+        }
+    }
+
+    /// The job's waker: a manual action notifies it, so a driver waiting out the job's
+    /// deadline re-reads the job at once instead of sleeping on a stale plan.
+    pub(crate) fn waker(&self, id: &str) -> Arc<Notify> {
         Arc::clone(
             self.wakers
                 .lock()
@@ -109,53 +150,76 @@ impl Jobs {
     }
 }
 
-/// The API view of a job.
-fn summary(job: &JobRecord, attempts: Option<&[AttemptRecord]>) -> Value {
-    let mut out = json!({
-        "id": job.id,
-        "generation": job.generation,
-        "state": job.state,
-        "protocol": job.protocol,
-        "route_id": job.route_id,
-        "candidate": job.candidates.get(job.turn.candidate),
-        "candidates": job.candidates,
-        "turn": job.turn,
-        "deadline_ms": job.deadline_ms,
-        "pending_outcome": job.pending_outcome,
-        "classification": job.classification,
-        "error": job.error,
-        "response_status": job.response_status,
-        "created_ms": job.created_ms,
-        "updated_ms": job.updated_ms,
-    });
-    if let (Some(attempts), Value::Object(map)) = (attempts, &mut out) {
-        map.insert("attempts".into(), json!(attempts));
-        if let Some(body) = &job.response {
-            let response = serde_json::from_slice::<Value>(body)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
-            map.insert("response".into(), response);
-        }
-    }
-    out
+/// A job's policy snapshot that this gateway cannot run: the job needs a human, never a
+/// silent fallback to some other policy.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SnapshotError {
+    /// One candidate's document does not compile against the catalogue.
+    #[error("job {job}: the policy snapshot of candidate `{candidate}` does not compile: {source}")]
+    Compile {
+        /// The job.
+        job: String,
+        /// The candidate whose document it is.
+        candidate: String,
+        /// What is wrong, with the document's field.
+        source: PolicyError,
+    },
+    /// The snapshot does not have one document per candidate.
+    #[error("job {job}: the policy snapshot has {policies} documents for {candidates} candidates")]
+    Count {
+        /// The job.
+        job: String,
+        /// Documents in the snapshot.
+        policies: usize,
+        /// Candidates of the job.
+        candidates: usize,
+    },
 }
 
-fn policies_of(job: &JobRecord, gateway: &Gateway) -> Vec<Arc<Policy>> {
-    let docs: Vec<PolicyDocument> =
-        serde_json::from_value(job.policies.clone()).unwrap_or_default();
-    let policies: Vec<Arc<Policy>> = docs
-        .iter()
-        .map(|d| {
-            Arc::new(
-                d.compile(&Policy::immediate_skip(), &gateway.catalogue)
-                    .unwrap_or_else(|_| Policy::immediate_skip()),
-            )
-        })
-        .collect();
-    if policies.is_empty() {
-        vec![Arc::new(Policy::immediate_skip())]
-    } else {
-        policies
+impl SnapshotError {
+    /// The job's `error` while it waits for a human.
+    pub(crate) fn to_job_error(&self) -> Value {
+        let mut error = json!({"reason": "policy_snapshot_invalid", "message": self.to_string()});
+        if let (
+            SnapshotError::Compile {
+                candidate, source, ..
+            },
+            Value::Object(map),
+        ) = (self, &mut error)
+        {
+            map.insert("candidate".into(), json!(candidate));
+            map.insert("field".into(), json!(source.field));
+        }
+        error
     }
+}
+
+/// The job's route as policies, one per candidate, compiled from its snapshot against
+/// `catalogue`.
+pub(crate) fn policies_of(
+    job: &JobRecord,
+    catalogue: &Catalogue,
+) -> Result<Vec<Arc<Policy>>, SnapshotError> {
+    if job.policies.len() != job.candidates.len() {
+        return Err(SnapshotError::Count {
+            job: job.id.clone(),
+            policies: job.policies.len(),
+            candidates: job.candidates.len(),
+        });
+    }
+    job.policies
+        .iter()
+        .zip(&job.candidates)
+        .map(|(doc, candidate)| {
+            doc.compile(&Policy::immediate_skip(), catalogue)
+                .map(Arc::new)
+                .map_err(|source| SnapshotError::Compile {
+                    job: job.id.clone(),
+                    candidate: candidate.clone(),
+                    source,
+                })
+        })
+        .collect()
 }
 
 fn candidate_of(gateway: &Gateway, job: &JobRecord) -> Option<Arc<Candidate>> {
@@ -176,15 +240,18 @@ pub(crate) fn spawn_driver(gateway: &Arc<Gateway>, id: String) {
     tokio::spawn(async move { driver::drive(gateway, id).await });
 }
 
-/// After a restart: reconcile the store, then drive every due job (P3).
-pub async fn resume(gateway: &Arc<Gateway>) -> Result<rebound_store::Reconciliation, StoreError> {
+/// After a restart: apply the restart rule ([`rebound_store::reconcile()`]), then drive every
+/// due job (P3).
+pub async fn resume(gateway: &Arc<Gateway>) -> Result<Reconciliation, StoreError> {
     let Some(jobs) = gateway.jobs.as_ref() else {
-        return Ok(rebound_store::Reconciliation::default());
+        return Ok(Reconciliation::default());
     };
-    let now = now_ms(gateway);
-    let reconciled = jobs.off_thread(move |store| store.reconcile(now)).await?;
-    for (id, _, _) in &reconciled.due {
-        spawn_driver(gateway, id.clone());
+    let now = gateway.clock.now();
+    let reconciled = jobs
+        .off_thread(move |store| rebound_store::reconcile(store, now))
+        .await?;
+    for due in &reconciled.due {
+        spawn_driver(gateway, due.id.clone());
     }
     Ok(reconciled)
 }

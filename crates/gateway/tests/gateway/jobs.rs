@@ -1,14 +1,21 @@
-//! Durable jobs through the API: persistence before action, fenced manual actions, events
-//! (P1–P3, D2).
+//! Durable jobs through the API: persistence before action, fenced manual actions, events,
+//! policy snapshots (P1–P3, D2). The tests wait on what a client can observe, the job's event
+//! stream, never on the clock.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
+use http_body_util::BodyExt;
 use rebound_chaos::{Chaos, ChaosConfig, parse_script};
 use rebound_core::Catalogue;
+use rebound_core::policy::document::PolicyDocument;
 use rebound_gateway::{Gateway, NoLog, Overrides, Server, load};
 use rebound_runtime::{HttpClient, SystemClock, TokioSleeper, VirtualTime};
-use rebound_store::{RouteStore, SqliteStore};
+use rebound_store::{
+    AttemptOp, AttemptRecord, JobRecord, JobState, JobStore, NewJob, SqliteStore, StoreError,
+};
 use serde_json::{Value, json};
 
 use crate::{send, timeouts};
@@ -53,7 +60,7 @@ async fn gateway(config: &str, virtual_time: bool) -> (Server, Arc<SqliteStore>)
 }
 
 /// A gateway whose jobs live in `store`.
-async fn gateway_on(config: &str, store: Arc<dyn RouteStore>, virtual_time: bool) -> Server {
+async fn gateway_on(config: &str, store: Arc<dyn JobStore>, virtual_time: bool) -> Server {
     let config = load("test.toml", config, &Overrides::default(), &[("X", "y")]).unwrap();
     let mut gateway = Gateway::new(
         config,
@@ -107,15 +114,60 @@ async fn get(server: &Server, id: &str) -> Value {
     serde_json::from_slice(&reply.body).unwrap()
 }
 
+/// Follows the job's event stream until it shows `state`; then the whole job, with its
+/// attempts. The stream ends by itself once the job is done or needs action, and a bound on
+/// the whole wait turns a hang into a failure that lists the states seen.
 async fn until(server: &Server, id: &str, state: &str) -> Value {
-    for _ in 0..200 {
-        let job = get(server, id).await;
-        if job["state"] == state {
-            return job;
+    let mut seen = Vec::new();
+    let reached = tokio::time::timeout(
+        Duration::from_secs(10),
+        follow(server, id, state, &mut seen),
+    )
+    .await;
+    assert!(
+        matches!(reached, Ok(true)),
+        "job {id} never reached {state}; its events showed {seen:?}"
+    );
+    let job = get(server, id).await;
+    assert_eq!(job["state"], state, "{job}");
+    job
+}
+
+/// Reads `GET /v1/rebound/jobs/{id}/events` until an event shows `state` (`true`) or the
+/// stream ends (`false`), noting every state in `seen`.
+async fn follow(server: &Server, id: &str, state: &str, seen: &mut Vec<String>) -> bool {
+    let request = http::Request::get(format!(
+        "http://{}/v1/rebound/jobs/{id}/events",
+        server.addr()
+    ))
+    .body(Bytes::new())
+    .unwrap();
+    let response = HttpClient::new(timeouts())
+        .unwrap()
+        .send(request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut buffered = String::new();
+    while let Some(Ok(frame)) = body.frame().await {
+        let Ok(bytes) = frame.into_data() else {
+            continue;
+        };
+        buffered.push_str(&String::from_utf8_lossy(&bytes));
+        while let Some(end) = buffered.find("\n\n") {
+            let event: String = buffered.drain(..end + 2).collect();
+            let Some(data) = event.lines().find_map(|l| l.strip_prefix("data: ")) else {
+                continue;
+            };
+            let job: Value = serde_json::from_str(data).unwrap();
+            seen.push(job["state"].as_str().unwrap_or("?").to_owned());
+            if job["state"] == state {
+                return true;
+            }
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("job {id} never reached {state}: {}", get(server, id).await);
+    false
 }
 
 #[tokio::test]
@@ -383,50 +435,75 @@ async fn a_key_the_upstream_echoes_never_reaches_a_job_record() {
     );
 }
 
-/// A store whose every write takes as long as a slow disk's fsync.
-struct SlowDisk(SqliteStore);
+/// A gate that store writes wait at until the test opens it: a disk exactly as slow as the
+/// test needs, with no clock involved.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    opened: Condvar,
+    /// Notified when a write reaches the gate.
+    reached: tokio::sync::Notify,
+    /// A write gave up waiting: nothing opened the gate in time.
+    gave_up: AtomicBool,
+}
 
-const FSYNC: Duration = Duration::from_millis(400);
+/// How long a write waits at a closed gate before it gives up: only a broken gateway (one
+/// that waits for its store on the async thread) ever lets it run out.
+const GATE_LIMIT: Duration = Duration::from_secs(5);
 
-impl RouteStore for SlowDisk {
-    fn create(
-        &self,
-        job: rebound_store::NewJob,
-        now_ms: u64,
-    ) -> Result<rebound_store::JobRecord, rebound_store::StoreError> {
-        std::thread::sleep(FSYNC);
-        self.0.create(job, now_ms)
+impl Gate {
+    fn pass(&self) {
+        self.reached.notify_one();
+        let open = self.open.lock().unwrap();
+        let (mut open, waited) = self
+            .opened
+            .wait_timeout_while(open, GATE_LIMIT, |open| !*open)
+            .unwrap();
+        if waited.timed_out() {
+            // One write that gave up is the verdict; later ones pass, so the test ends.
+            self.gave_up.store(true, Ordering::SeqCst);
+            *open = true;
+        }
     }
-    fn get(&self, id: &str) -> Result<rebound_store::JobRecord, rebound_store::StoreError> {
-        self.0.get(id)
+
+    fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.opened.notify_all();
     }
-    fn list(
-        &self,
-        limit: usize,
-    ) -> Result<Vec<rebound_store::JobRecord>, rebound_store::StoreError> {
-        self.0.list(limit)
+}
+
+/// A store whose writes wait at a [`Gate`].
+struct GatedDisk {
+    store: SqliteStore,
+    gate: Gate,
+}
+
+impl JobStore for GatedDisk {
+    fn create(&self, job: NewJob, now: SystemTime) -> Result<JobRecord, StoreError> {
+        self.gate.pass();
+        self.store.create(job, now)
     }
-    fn attempts(
-        &self,
-        id: &str,
-    ) -> Result<Vec<rebound_store::AttemptRecord>, rebound_store::StoreError> {
-        self.0.attempts(id)
+    fn get(&self, id: &str) -> Result<JobRecord, StoreError> {
+        self.store.get(id)
+    }
+    fn list(&self, limit: usize) -> Result<Vec<JobRecord>, StoreError> {
+        self.store.list(limit)
+    }
+    fn in_states(&self, states: &[JobState]) -> Result<Vec<JobRecord>, StoreError> {
+        self.store.in_states(states)
+    }
+    fn attempts(&self, id: &str) -> Result<Vec<AttemptRecord>, StoreError> {
+        self.store.attempts(id)
     }
     fn transition(
         &self,
         id: &str,
         expected_generation: u64,
-        now_ms: u64,
-        change: &mut dyn FnMut(&mut rebound_store::JobRecord) -> Vec<rebound_store::AttemptOp>,
-    ) -> Result<rebound_store::JobRecord, rebound_store::StoreError> {
-        std::thread::sleep(FSYNC);
-        self.0.transition(id, expected_generation, now_ms, change)
-    }
-    fn reconcile(
-        &self,
-        now_ms: u64,
-    ) -> Result<rebound_store::Reconciliation, rebound_store::StoreError> {
-        self.0.reconcile(now_ms)
+        now: SystemTime,
+        change: &mut dyn FnMut(&mut JobRecord) -> Vec<AttemptOp>,
+    ) -> Result<JobRecord, StoreError> {
+        self.gate.pass();
+        self.store.transition(id, expected_generation, now, change)
     }
 }
 
@@ -435,15 +512,18 @@ async fn a_slow_disk_under_jobs_never_stalls_live_requests() {
     // One async thread (this test's runtime), as `rebound serve` runs: a store write that
     // blocked it would hold every live request behind the disk.
     let upstream = upstream("ok").await;
-    let slow = Arc::new(SlowDisk(SqliteStore::in_memory().unwrap()));
-    let server = gateway_on(&two_candidates(&upstream, &upstream), slow, false).await;
+    let disk = Arc::new(GatedDisk {
+        store: SqliteStore::in_memory().unwrap(),
+        gate: Gate::default(),
+    });
+    let server = gateway_on(&two_candidates(&upstream, &upstream), disk.clone(), false).await;
     let addr = server.addr();
     let submitting =
         tokio::spawn(
             async move { send(addr, "POST", "/v1/rebound/jobs", &[JSON], &job_body()).await },
         );
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let started = std::time::Instant::now();
+    // The job's first write is now held at the gate, as long as the test likes.
+    disk.gate.reached.notified().await;
     let live = send(
         addr,
         "POST",
@@ -452,11 +532,114 @@ async fn a_slow_disk_under_jobs_never_stalls_live_requests() {
         &crate::openai_body(false),
     )
     .await;
-    let took = started.elapsed();
     assert_eq!(live.status, 200, "{}", live.text());
     assert!(
-        took < FSYNC / 2,
-        "a live request waited {took:?} behind the job store"
+        !disk.gate.gave_up.load(Ordering::SeqCst),
+        "the live request was served only once the held store write gave up: it waited behind the job store"
     );
+    disk.gate.open();
     assert_eq!(submitting.await.unwrap().status, 202);
+}
+
+/// A snapshot whose second document names a code no catalogue has: it parses, and does not
+/// compile.
+fn stale_snapshot() -> Vec<PolicyDocument> {
+    vec![
+        PolicyDocument::of(&rebound_core::Policy::immediate_skip()),
+        PolicyDocument::from_json(r#"{"rules": {"no_such_code": "try_next"}}"#).unwrap(),
+    ]
+}
+
+#[tokio::test]
+async fn a_policy_snapshot_that_does_not_compile_waits_for_a_human_who_is_told_why() {
+    let first = upstream("ok").await;
+    let second = upstream("ok").await;
+    let store = Arc::new(SqliteStore::in_memory().unwrap());
+    let id = store
+        .create(
+            NewJob {
+                protocol: "openai".into(),
+                route_id: "jobs".into(),
+                candidates: vec!["first".into(), "second".into()],
+                policies: stale_snapshot(),
+                request: br#"{"model":"gpt-x","messages":[]}"#.to_vec(),
+            },
+            SystemTime::UNIX_EPOCH,
+        )
+        .unwrap()
+        .id;
+    let server = gateway_on(&two_candidates(&first, &second), store.clone(), true).await;
+    let resumed = rebound_gateway::jobs::resume(server.gateway())
+        .await
+        .unwrap();
+    assert_eq!(resumed.due.len(), 1);
+
+    let job = until(&server, &id, "action_required").await;
+    let error = &job["error"];
+    assert_eq!(error["reason"], "policy_snapshot_invalid", "{job}");
+    assert_eq!(
+        (&error["candidate"], &error["field"]),
+        (&json!("second"), &json!("rules.no_such_code"))
+    );
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains(&id), "{message}");
+    assert_eq!(
+        (first.attempts("default"), second.attempts("default")),
+        (0, 0),
+        "nothing is sent that the snapshot could not decide about"
+    );
+
+    // A manual action that needs the snapshot is refused, says why, and commits nothing.
+    let generation = job["generation"].as_u64().unwrap();
+    let skip = send(
+        server.addr(),
+        "POST",
+        &format!("/v1/rebound/jobs/{id}/skip"),
+        &[JSON],
+        &json!({"generation": generation}).to_string(),
+    )
+    .await;
+    assert_eq!(skip.status, 409, "{}", skip.text());
+    assert!(
+        skip.text().contains("rules.no_such_code") && skip.text().contains(&id),
+        "{}",
+        skip.text()
+    );
+    assert_eq!(store.get(&id).unwrap().generation, generation);
+    // Stopping needs no policy.
+    let stop = send(
+        server.addr(),
+        "POST",
+        &format!("/v1/rebound/jobs/{id}/stop"),
+        &[JSON],
+        &json!({"generation": generation}).to_string(),
+    )
+    .await;
+    assert_eq!(stop.status, 200, "{}", stop.text());
+    assert_eq!(store.get(&id).unwrap().state, JobState::Stopped);
+}
+
+#[tokio::test]
+async fn a_refused_manual_action_moves_no_generation_on() {
+    let first = upstream("ok").await;
+    let second = upstream("ok").await;
+    let (server, store) = gateway(&two_candidates(&first, &second), true).await;
+    let id = submit(&server).await;
+    let done = until(&server, &id, "succeeded").await;
+    let generation = done["generation"].as_u64().unwrap();
+    let retry = send(
+        server.addr(),
+        "POST",
+        &format!("/v1/rebound/jobs/{id}/retry"),
+        &[JSON],
+        &json!({"generation": generation}).to_string(),
+    )
+    .await;
+    assert_eq!(retry.status, 409, "{}", retry.text());
+    assert!(
+        retry.text().contains("the job succeeded"),
+        "{}",
+        retry.text()
+    );
+    assert_eq!(store.get(&id).unwrap().generation, generation);
 }
