@@ -2,7 +2,7 @@
 //!
 //! The sans-IO heart of rebound: it classifies a provider failure, decides whether to wait,
 //! retry, fall back or stop, and computes how long to wait. Every other part of rebound (the
-//! runtime driver, the gateway, durable routes, `rebound classify`) asks this crate and acts on
+//! runtime driver, the gateway, durable jobs, `rebound classify`) asks this crate and acts on
 //! its answer.
 //!
 //! ## What it owns

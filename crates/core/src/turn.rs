@@ -92,7 +92,7 @@ struct Counters {
     reset_waited: [bool; CLASSES],
 }
 
-/// A turn's counters, to persist and restore (durable routes, P1): everything a [`Turn`]
+/// A turn's counters, to persist and restore (durable jobs, P1): everything a [`Turn`]
 /// knows besides its route and caller.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TurnSnapshot {

@@ -11,7 +11,7 @@
 //!   commit point, byte-faithful relaying after it, keep-alive countdowns, one terminal error.
 //! - [`body`]: reading `model`/`stream` and rewriting `model` without touching other bytes.
 //! - [`shape`]: errors shaped like each provider's own.
-//! - [`jobs`]: durable routes: the jobs API and the driver that persists every decision.
+//! - [`jobs`]: durable jobs: the jobs API and the driver that persists every decision.
 //! - [`metrics`], [`log`]: what happened, without secrets.
 //!
 //! ## What it must never do

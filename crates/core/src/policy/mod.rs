@@ -2,7 +2,7 @@
 //!
 //! One [`Policy`] holds a [`ClassPolicy`] for each class that can be acted on. The interactive
 //! defaults of T3, T4 and B1 are [`Policy::interactive`]; a new dynamic candidate is
-//! [`Policy::immediate_skip`] (D3). Durable routes build their own from policy documents; the
+//! [`Policy::immediate_skip`] (D3). Durable jobs build their own from policy documents; the
 //! evaluator in [`crate::turn`] runs them all the same way.
 //!
 //! `terminal` has no policy: rebound never retries it (C3). `unclassified` is not a class

@@ -117,7 +117,7 @@ pub struct Config {
     pub body_limit: usize,
     /// Routes, in order.
     pub routes: Routes,
-    /// The durable routes database.
+    /// The durable jobs database.
     pub store_path: std::path::PathBuf,
     /// How long a client may take to send a request head.
     pub header_read_timeout: std::time::Duration,
