@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use super::{Jobs, now_ms, policies_of, spawn_driver, summary};
-use crate::server::{Body, Gateway, full};
+use crate::reply::{Body, full};
+use crate::state::Gateway;
 
 fn json_response(status: StatusCode, value: &Value) -> http::Response<Body> {
     full(status, "application/json", value.to_string())
@@ -304,7 +305,7 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
         .entry(id.to_owned())
         .or_insert_with(|| broadcast::channel(64).0)
         .subscribe();
-    let (tx, body_rx) = crate::forward::pipe::pipe();
+    let (tx, body_rx) = crate::reply::pipe::pipe();
     let first = summary(&job, None).to_string();
     let done = job.state.is_final() || job.state == JobState::ActionRequired;
     tokio::spawn(async move {
@@ -330,7 +331,7 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
             }
         }
     });
-    let mut response = http::Response::new(crate::forward::Body::Stream(body_rx));
+    let mut response = http::Response::new(Body::Stream(body_rx));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),

@@ -1,193 +1,311 @@
-//! The job driver: dispatches, waits and decides, committing each step before acting (P1).
+//! The job driver: a durable job as a host of the recovery loop. Every step is committed to
+//! the store before it is acted on (P1), and every commit is fenced by the job's generation
+//! (P2): a manual action since the driver last read the job wins, and the driver stops.
+//!
+//! The store holds the job's truth between attempts: before each attempt the driver reloads
+//! the job and its turn, waits out a persisted deadline (a timer, or a manual action that wakes
+//! it), and records the attempt as possibly sent before a byte leaves (P3).
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{Request, header};
-use rebound_core::backoff::Jitter;
 use rebound_core::status::StopReason;
-use rebound_core::{
-    Action, Caller, Evidence, Failure, Headers, Phase, Safety, TransportKind, Turn, WaitKind,
+use rebound_core::{Action, Caller, Diagnostics, Evidence, Phase, Safety, Turn, Wait, WaitKind};
+use rebound_runtime::attempt::{
+    ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
 use rebound_runtime::http::read_whole;
+use rebound_runtime::{Attempted, Decision, Failed, Flow, Host, Report, recover};
 use rebound_store::{AttemptOp, AttemptRecord, JobRecord, JobState};
 use serde_json::json;
+use tokio::sync::Notify;
 
 use super::{Jobs, candidate_of, now_ms, policies_of};
 use crate::config::Candidate;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
-/// The largest job response kept.
-const RESPONSE_LIMIT: usize = 64 << 20;
-
+/// Runs job `id` until it succeeds, fails, waits for a human, or another owner takes it.
 pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
     let Some(jobs) = gateway.jobs.as_ref() else {
         return;
     };
-    let waker = jobs.waker(&id);
-    loop {
-        let Ok(job) = jobs.get(&id).await else {
-            return;
+    let mut host = JobHost {
+        gateway: &gateway,
+        jobs,
+        waker: jobs.waker(&id),
+        id,
+        job: None,
+        candidate: None,
+        started_ms: 0,
+    };
+    let mut turn = None;
+    let _ = recover(&gateway.engine, &mut host, &mut turn).await;
+}
+
+/// One job, driven.
+struct JobHost<'a> {
+    gateway: &'a Arc<Gateway>,
+    jobs: &'a Jobs,
+    id: String,
+    /// Woken by manual actions.
+    waker: Arc<Notify>,
+    /// The job as of the driver's latest transition.
+    job: Option<JobRecord>,
+    /// The candidate of the attempt in flight.
+    candidate: Option<Arc<Candidate>>,
+    /// When the attempt in flight was dispatched.
+    started_ms: u64,
+}
+
+impl JobHost<'_> {
+    /// The job as last read; `None` only before the first `prepare`.
+    fn job(&self) -> Option<&JobRecord> {
+        self.job.as_ref()
+    }
+
+    /// Waits for a waiting job's deadline, or for a manual action to wake it. The timer's
+    /// transition to pending is fenced: a manual action since then wins.
+    async fn wait_for_deadline(&self, job: &JobRecord) {
+        let deadline = UNIX_EPOCH + Duration::from_millis(job.deadline_ms.unwrap_or(0));
+        let wait = deadline
+            .duration_since(self.gateway.clock().now())
+            .unwrap_or(Duration::ZERO);
+        tokio::select! {
+            () = self.gateway.sleeper().sleep(wait) => {
+                let moved = self.jobs.transition(&job.id, job.generation, now_ms(self.gateway), |j| {
+                    j.state = JobState::Pending;
+                    j.deadline_ms = None;
+                    vec![]
+                }).await;
+                if let Ok(job) = moved {
+                    self.jobs.publish(&job);
+                }
+            }
+            () = self.waker.notified() => {}
+        }
+    }
+
+    /// Records a pending job's attempt as possibly sent (P1, P3) and loads its turn.
+    async fn dispatch(&mut self, job: JobRecord, turn: &mut Option<Turn>) -> Flow {
+        let Some(candidate) = candidate_of(self.gateway, &job) else {
+            let _ = self
+                .jobs
+                .transition(&job.id, job.generation, now_ms(self.gateway), |j| {
+                    j.state = JobState::ActionRequired;
+                    j.error = Some(json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"}));
+                    vec![]
+                })
+                .await;
+            return Flow::End;
         };
-        match job.state {
-            JobState::Pending => {
-                if !dispatch(&gateway, jobs, job).await {
-                    return;
-                }
-            }
-            JobState::Waiting => {
-                let deadline = UNIX_EPOCH + Duration::from_millis(job.deadline_ms.unwrap_or(0));
-                let wait = deadline
-                    .duration_since(gateway.clock.now())
-                    .unwrap_or(Duration::ZERO);
-                tokio::select! {
-                    () = gateway.sleeper.sleep(wait) => {
-                        // The timer's transition is fenced: a manual action since then wins.
-                        let moved = jobs.transition(&id, job.generation, now_ms(&gateway), |j| {
-                            j.state = JobState::Pending;
-                            j.deadline_ms = None;
-                            vec![]
-                        }).await;
-                        if let Ok(job) = moved {
-                            jobs.publish(&job);
-                        }
-                    }
-                    () = waker.notified() => {}
-                }
-            }
-            // Final, waiting for a human, or owned by another driver.
-            _ => return,
+        let restored = Turn::restore(policies_of(&job, self.gateway), Caller::Session, &job.turn);
+        let number = restored.attempt();
+        let started = now_ms(self.gateway);
+        let candidate_id = candidate.id.clone();
+        let dispatched = self
+            .jobs
+            .transition(&job.id, job.generation, started, move |j| {
+                j.state = JobState::Dispatching;
+                vec![AttemptOp::Begin(AttemptRecord {
+                    number,
+                    candidate: candidate_id.clone(),
+                    started_ms: started,
+                    outcome: "in_flight".into(),
+                    ..AttemptRecord::default()
+                })]
+            })
+            .await;
+        let Ok(job) = dispatched else {
+            return Flow::End;
+        };
+        self.jobs.publish(&job);
+        self.job = Some(job);
+        self.candidate = Some(candidate);
+        self.started_ms = started;
+        *turn = Some(restored);
+        Flow::Continue
+    }
+
+    /// The record of the attempt in flight, finished now.
+    fn finished_attempt(&self, number: u32) -> AttemptRecord {
+        AttemptRecord {
+            number,
+            candidate: self
+                .candidate
+                .as_ref()
+                .map(|c| c.id.clone())
+                .unwrap_or_default(),
+            started_ms: self.started_ms,
+            finished_ms: Some(now_ms(self.gateway)),
+            ..AttemptRecord::default()
         }
     }
 }
 
-/// One attempt of a job. `false` when the driver should stop (another owner, or the store
-/// failed).
-async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
-    let Some(candidate) = candidate_of(gateway, &job) else {
-        let _ = jobs
-            .transition(&job.id, job.generation, now_ms(gateway), |j| {
-                j.state = JobState::ActionRequired;
-                j.error = Some(json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"}));
-                vec![]
+impl Host for JobHost<'_> {
+    type Success = ();
+    type Detail = ();
+    type Stopped = ();
+
+    fn route_id(&self) -> &str {
+        self.job().map_or("-", |j| j.route_id.as_str())
+    }
+
+    fn candidate_id(&self, candidate: usize) -> &str {
+        self.job()
+            .and_then(|j| j.candidates.get(candidate))
+            .map_or("-", String::as_str)
+    }
+
+    fn new_turn(&self) -> Turn {
+        match self.job() {
+            Some(job) => Turn::restore(policies_of(job, self.gateway), Caller::Session, &job.turn),
+            None => Turn::new(Vec::new(), Caller::Session),
+        }
+    }
+
+    async fn prepare(&mut self, turn: &mut Option<Turn>) -> Flow {
+        loop {
+            let Ok(job) = self.jobs.get(&self.id).await else {
+                return Flow::End;
+            };
+            match job.state {
+                JobState::Pending => return self.dispatch(job, turn).await,
+                JobState::Waiting => self.wait_for_deadline(&job).await,
+                // Final, waiting for a human, or owned by another driver.
+                _ => return Flow::End,
+            }
+        }
+    }
+
+    async fn attempt(&mut self, _candidate: usize, attempt: u32) -> Attempted<(), ()> {
+        let (Some(job), Some(candidate)) = (self.job.clone(), self.candidate.clone()) else {
+            return Attempted::Ended;
+        };
+        let (status, body) = match send(self.gateway, &candidate, &job).await {
+            Ok(answer) => answer,
+            Err(evidence) => {
+                return Attempted::Failed(Failed {
+                    evidence,
+                    delivered: false,
+                    safety: Safety::Replayable,
+                    detail: (),
+                });
+            }
+        };
+        let mut record = self.finished_attempt(attempt);
+        record.outcome = "succeeded".into();
+        record.status = Some(status);
+        let done = self
+            .jobs
+            .transition(&job.id, job.generation, now_ms(self.gateway), move |j| {
+                j.state = JobState::Succeeded;
+                j.response_status = Some(status);
+                j.response = Some(body.clone());
+                j.deadline_ms = None;
+                vec![AttemptOp::Finish(record.clone())]
             })
             .await;
-        return false;
-    };
-    let number = job.turn.attempts.max(1);
-    let started = now_ms(gateway);
-    // P1/P3: the attempt is on record as possibly sent before a byte leaves.
-    let candidate_id = candidate.id.clone();
-    let dispatched = jobs
-        .transition(&job.id, job.generation, started, move |j| {
-            j.state = JobState::Dispatching;
-            vec![AttemptOp::Begin(AttemptRecord {
-                number,
-                candidate: candidate_id.clone(),
-                started_ms: started,
-                outcome: "in_flight".into(),
-                ..AttemptRecord::default()
-            })]
-        })
-        .await;
-    let Ok(job) = dispatched else { return false };
-    jobs.publish(&job);
-    gateway.metrics.attempt(&candidate.id);
-    let outcome = send(gateway, &candidate, &job).await;
-    let finished = now_ms(gateway);
-    let mut attempt = AttemptRecord {
-        number,
-        candidate: candidate.id.clone(),
-        started_ms: started,
-        finished_ms: Some(finished),
-        ..AttemptRecord::default()
-    };
-    let evidence = match outcome {
-        Ok((status, body)) => {
-            attempt.outcome = "succeeded".into();
-            attempt.status = Some(status);
-            let done = jobs
-                .transition(&job.id, job.generation, finished, move |j| {
-                    j.state = JobState::Succeeded;
-                    j.response_status = Some(status);
-                    j.response = Some(body.clone());
-                    j.deadline_ms = None;
-                    vec![AttemptOp::Finish(attempt.clone())]
-                })
-                .await;
-            if let Ok(job) = done {
-                jobs.publish(&job);
-            }
-            return false;
+        if let Ok(job) = done {
+            self.jobs.publish(&job);
         }
-        Err(evidence) => evidence,
-    };
-    let now = gateway.clock.now();
-    let classification = gateway.catalogue.classify(&evidence, now);
-    let mut turn = Turn::restore(policies_of(&job, gateway), Caller::Session, &job.turn);
-    let action = turn.on_failure(
-        Failure {
-            evidence: &evidence,
-            classification: &classification,
-            safety: Safety::Replayable,
-        },
-        now,
-        Jitter::new(gateway.draw()),
-    );
-    attempt.outcome = "failed".into();
-    attempt.status = evidence.status;
-    attempt.code = classification.code.as_ref().map(|c| c.to_string());
-    attempt.class = Some(classification.verdict.label().to_owned());
-    attempt.rule_id = classification.rule_id.as_deref().map(str::to_owned);
-    attempt.catalogue_version = Some(classification.catalogue_version.to_string());
-    attempt.phase = Some(evidence.phase.as_str().to_owned());
-    let recorded = json!({
-        "code": attempt.code, "class": attempt.class, "rule_id": attempt.rule_id,
-        "catalogue_version": attempt.catalogue_version, "hint_ms": classification.hint.map(|h| h.delay.as_millis() as u64),
-    });
-    let snapshot_after = turn.snapshot();
-    let result = jobs
-        .transition(&job.id, job.generation, now_ms(gateway), move |j| {
-            j.classification = Some(recorded.clone());
-            j.turn = snapshot_after.clone();
-            match &action {
-                Action::Retry(wait) => {
-                    j.state = JobState::Waiting;
-                    let deadline = now + wait.delay;
-                    j.deadline_ms = deadline
-                        .duration_since(UNIX_EPOCH)
-                        .ok()
-                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-                    j.pending_outcome = Some(match wait.kind {
-                        WaitKind::ResetWait => "reset_wait".into(),
-                        _ => "retry".into(),
-                    });
-                }
-                Action::Fallback { .. } => {
-                    j.state = JobState::Pending;
-                    j.deadline_ms = None;
-                    j.pending_outcome = Some("fallback".into());
-                }
-                Action::Stop(diagnostics) => {
-                    j.state = match diagnostics.reason {
-                        StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
-                        _ => JobState::Failed,
-                    };
-                    j.deadline_ms = None;
-                    j.pending_outcome = None;
-                    j.error = serde_json::to_value(diagnostics).ok();
-                }
+        Attempted::Succeeded(())
+    }
+
+    async fn commit(&mut self, failed: &Failed<()>, decision: &Decision, turn: &Turn) -> Flow {
+        let Some(job) = self.job.clone() else {
+            return Flow::End;
+        };
+        let classification = &decision.classification;
+        let mut record = self.finished_attempt(decision.attempt);
+        record.outcome = "failed".into();
+        record.status = failed.evidence.status;
+        record.code = classification.code.as_ref().map(|c| c.to_string());
+        record.class = Some(decision.class().to_owned());
+        record.rule_id = classification.rule_id.as_deref().map(str::to_owned);
+        record.catalogue_version = Some(classification.catalogue_version.to_string());
+        record.phase = Some(failed.evidence.phase.as_str().to_owned());
+        let recorded = json!({
+            "code": record.code, "class": record.class, "rule_id": record.rule_id,
+            "catalogue_version": record.catalogue_version,
+            "hint_ms": classification.hint.map(|h| h.delay.as_millis() as u64),
+        });
+        let snapshot = turn.snapshot();
+        let now = self.gateway.clock().now();
+        let action = decision.action.clone();
+        let result = self
+            .jobs
+            .transition(&job.id, job.generation, now_ms(self.gateway), move |j| {
+                j.classification = Some(recorded.clone());
+                j.turn = snapshot.clone();
+                apply(j, &action, now);
+                vec![AttemptOp::Finish(record.clone())]
+            })
+            .await;
+        match result {
+            Ok(job) => {
+                self.jobs.publish(&job);
+                self.job = Some(job);
+                Flow::Continue
             }
-            vec![AttemptOp::Finish(attempt.clone())]
-        })
-        .await;
-    match result {
-        Ok(job) => {
-            jobs.publish(&job);
-            !job.state.is_final() && job.state != JobState::ActionRequired
+            Err(_) => Flow::End,
         }
-        Err(_) => false,
+    }
+
+    /// The wait is on record as the job's deadline: the next `prepare` spends it, durably.
+    async fn wait(&mut self, _failed: &Failed<()>, _wait: &Wait, _attempt: u32) -> Flow {
+        Flow::Continue
+    }
+
+    /// The terminal error is on record (see `commit`); nobody waits on a connection for it.
+    async fn stop(&mut self, _failed: Failed<()>, _diagnostics: Box<Diagnostics>, _attempt: u32) {}
+
+    fn report(&self, report: Report<'_>) {
+        // A job that ends without a decision was taken over or stopped by hand: no request
+        // outcome to count.
+        if matches!(report, Report::Ended) {
+            return;
+        }
+        let protocol = self.job().map_or("-", |j| j.protocol.as_str());
+        crate::observe::count(
+            &self.gateway.metrics,
+            protocol,
+            |c| self.candidate_id(c),
+            &report,
+        );
+    }
+}
+
+/// What a decision makes of the job's record.
+fn apply(job: &mut JobRecord, action: &Action, now: std::time::SystemTime) {
+    match action {
+        Action::Retry(wait) => {
+            job.state = JobState::Waiting;
+            job.deadline_ms = (now + wait.delay)
+                .duration_since(UNIX_EPOCH)
+                .ok()
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            job.pending_outcome = Some(match wait.kind {
+                WaitKind::ResetWait => "reset_wait".into(),
+                _ => "retry".into(),
+            });
+        }
+        Action::Fallback { .. } => {
+            job.state = JobState::Pending;
+            job.deadline_ms = None;
+            job.pending_outcome = Some("fallback".into());
+        }
+        Action::Stop(diagnostics) => {
+            job.state = match diagnostics.reason {
+                StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
+                _ => JobState::Failed,
+            };
+            job.deadline_ms = None;
+            job.pending_outcome = None;
+            job.error = serde_json::to_value(diagnostics).ok();
+        }
     }
 }
 
@@ -197,65 +315,51 @@ async fn send(
     candidate: &Candidate,
     job: &JobRecord,
 ) -> Result<(u16, Vec<u8>), Evidence> {
-    let base = Evidence {
-        provider: Some(candidate.provider.clone()),
-        ..Evidence::default()
+    let provider = candidate.provider.as_str();
+    let broken = |kind, message: String| {
+        let failure = rebound_runtime::http::TransportFailure { kind, message };
+        transport_evidence(provider, failure, Phase::Setup)
     };
     let body = candidate.body_for(&Bytes::from(job.request.clone()));
     let mut request = Request::post(candidate.endpoint())
         .version(candidate.version())
         .header(header::CONTENT_TYPE, "application/json")
         .body(body)
-        .map_err(|e| Evidence {
-            body: Some(e.to_string()),
-            transport: Some(rebound_core::TransportKind::ConnectionRefused),
-            ..base.clone()
+        .map_err(|e| {
+            broken(
+                rebound_core::TransportKind::ConnectionRefused,
+                e.to_string(),
+            )
         })?;
     candidate.authorize(request.headers_mut());
     let response = gateway
         .client
         .send(request)
         .await
-        .map_err(|failure| Evidence {
-            transport: Some(failure.kind),
-            body: Some(failure.message),
-            phase: Phase::Setup,
-            ..base.clone()
-        })?;
+        .map_err(|failure| transport_evidence(provider, failure, Phase::Setup))?;
     let (parts, mut body) = response.into_parts();
     let idle = gateway.client.timeouts().idle;
-    let bytes = match read_whole(&mut body, RESPONSE_LIMIT, idle, std::future::pending()).await {
-        Ok(bytes) => bytes.to_vec(),
-        // `None` would mean cancelled, which a pending future never is.
-        Err(failure) => {
-            return Err(Evidence {
-                transport: Some(
-                    failure
-                        .as_ref()
-                        .map_or(TransportKind::Truncated, |f| f.kind),
-                ),
-                body: failure.map(|f| f.message),
-                ..base
-            });
-        }
-    };
-    if parts.status.is_success() {
-        return Ok((parts.status.as_u16(), bytes));
+    // Nothing waits on a connection for a job: it is never cancelled.
+    if !parts.status.is_success() {
+        let bytes = match read_error_body(&mut body, idle, std::future::pending()).await {
+            ErrorBody::Read(bytes) => bytes,
+            ErrorBody::Cancelled => Bytes::new(),
+        };
+        return Err(response_evidence(
+            provider,
+            parts.status,
+            &parts.headers,
+            &bytes,
+        ));
     }
-    let headers: Headers = parts
-        .headers
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    Err(Evidence {
-        status: Some(parts.status.as_u16()),
-        headers,
-        body: Some(String::from_utf8_lossy(&bytes).into_owned()),
-        ..base
-    })
+    match read_whole(&mut body, RESPONSE_LIMIT, idle, std::future::pending()).await {
+        Ok(bytes) => Ok((parts.status.as_u16(), bytes.to_vec())),
+        Err(failure) => Err(match failure {
+            Some(failure) => transport_evidence(provider, failure, Phase::Setup),
+            None => broken(
+                rebound_core::TransportKind::Truncated,
+                "the answer was not read".into(),
+            ),
+        }),
+    }
 }

@@ -24,7 +24,7 @@ use tokio::sync::{Notify, broadcast};
 pub(crate) use api::handle;
 
 use crate::config::Candidate;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// Jobs: the store, and the wakers and event channels of running jobs.
 pub struct Jobs {
@@ -35,7 +35,7 @@ pub struct Jobs {
 
 fn now_ms(gateway: &Gateway) -> u64 {
     gateway
-        .clock
+        .clock()
         .now()
         .duration_since(UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -146,7 +146,7 @@ fn policies_of(job: &JobRecord, gateway: &Gateway) -> Vec<Arc<Policy>> {
         .iter()
         .map(|d| {
             Arc::new(
-                d.compile(&Policy::immediate_skip(), &gateway.catalogue)
+                d.compile(&Policy::immediate_skip(), gateway.catalogue())
                     .unwrap_or_else(|_| Policy::immediate_skip()),
             )
         })
