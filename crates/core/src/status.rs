@@ -112,6 +112,20 @@ pub enum StopReason {
     RetryForbidden,
 }
 
+impl StopReason {
+    /// The name, as in diagnostics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Exhausted => "exhausted",
+            StopReason::RouteEnded => "route_ended",
+            StopReason::Terminal => "terminal",
+            StopReason::Unclassified => "unclassified",
+            StopReason::Unsafe => "unsafe",
+            StopReason::RetryForbidden => "retry_forbidden",
+        }
+    }
+}
+
 /// The diagnostics of the one terminal error of an exhausted or stopped request (R4).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -6,7 +6,8 @@ use rebound_runtime::Protocol;
 use rebound_runtime::http::read_whole;
 
 use crate::forward::relayable;
-use crate::server::{Body, Gateway, full};
+use crate::reply::{Body, full};
+use crate::state::Gateway;
 
 /// The largest model list relayed; a larger one is replaced by the configured names.
 const LIST_LIMIT: usize = 8 << 20;

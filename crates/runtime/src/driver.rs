@@ -1,112 +1,21 @@
-//! The turn driver: one model request, replayed on failure, with abortable waits and an
-//! honest status (B1–B6, R1–R4, T5).
+//! The turn driver: one model request at a time, recovered by the one loop
+//! ([`recover`](crate::recovery::recover)), with abortable waits and an honest status
+//! (B1–B6, R1–R4, T5).
 
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
 
-use bytes::Bytes;
-use http_body_util::BodyExt;
-use rebound_core::backoff::Jitter;
-use rebound_core::{
-    Action, Caller, Catalogue, Diagnostics, Evidence, Failure, Headers, Phase, Policy, Safety,
-    TransportKind, Turn,
-};
+use rebound_core::{Caller, Catalogue, Diagnostics, Phase, Policy, Safety, Turn, Wait};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::attempt::{Attempted, ErrorBody, Failed, read_error_body, response_evidence};
 use crate::event::{Event, EventSink, Outcome};
-use crate::http::{HttpClient, Timeouts, TransportFailure, read_body, read_whole};
-use crate::provider::{ModelResponse, Provider, StreamItem, ToolCall, stream_items};
-use crate::sse::SseFramer;
-
-/// The most of an error response body that is read as evidence.
-const ERROR_BODY_LIMIT: usize = 64 << 10;
-
-/// The largest complete response body accepted.
-const RESPONSE_LIMIT: usize = 32 << 20;
-
-/// Where "now" comes from (T6).
-pub trait Clock: Send + Sync {
-    /// The current wall-clock time.
-    fn now(&self) -> SystemTime;
-}
-
-/// The one place the runtime waits (T5): the driver races it against the abort token.
-pub trait Sleeper: Send + Sync {
-    /// A future that completes after `delay`.
-    fn sleep(&self, delay: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
-}
-
-/// The system's wall clock.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> SystemTime {
-        SystemTime::now()
-    }
-}
-
-/// tokio's timer.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct TokioSleeper;
-
-impl Sleeper for TokioSleeper {
-    fn sleep(&self, delay: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        Box::pin(tokio::time::sleep(delay))
-    }
-}
-
-/// Virtual time for tests: sleeping returns at once and moves the clock forward by the
-/// delay, so a schedule of minutes runs in microseconds while the sockets stay real. Every
-/// wait is recorded.
-#[derive(Debug)]
-pub struct VirtualTime {
-    origin: SystemTime,
-    state: Mutex<(Duration, Vec<Duration>)>,
-}
-
-impl VirtualTime {
-    /// Virtual time starting at `origin`.
-    pub fn starting_at(origin: SystemTime) -> Arc<Self> {
-        Arc::new(VirtualTime {
-            origin,
-            state: Mutex::new((Duration::ZERO, Vec::new())),
-        })
-    }
-
-    /// Every wait so far, in order.
-    pub fn waits(&self) -> Vec<Duration> {
-        self.state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .1
-            .clone()
-    }
-
-    /// Total virtual time elapsed.
-    pub fn elapsed(&self) -> Duration {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).0
-    }
-}
-
-impl Clock for VirtualTime {
-    fn now(&self) -> SystemTime {
-        self.origin + self.elapsed()
-    }
-}
-
-impl Sleeper for VirtualTime {
-    fn sleep(&self, delay: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
-        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.0 += delay;
-        state.1.push(delay);
-        Box::pin(tokio::task::yield_now())
-    }
-}
+use crate::http::{HttpClient, Timeouts};
+use crate::provider::{ModelResponse, Provider};
+use crate::reading::{Read, read_complete, read_stream};
+use crate::recovery::{Ending, Engine, Flow, Host, recover};
+use crate::time::{Clock, Sleeper};
 
 /// Why a request ended without a response.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -123,15 +32,12 @@ pub enum TurnError {
     Invalid(String),
 }
 
-/// Shared by every turn: the client, the catalogue, the one policy object (B6), the clock
-/// and the jitter source.
+/// Shared by every turn: the client, the one policy object (B6), and the recovery engine
+/// (catalogue, clock, jitter).
 pub struct Runtime {
     client: HttpClient,
-    catalogue: Arc<Catalogue>,
     policy: Arc<Policy>,
-    clock: Arc<dyn Clock>,
-    sleeper: Arc<dyn Sleeper>,
-    rng: Mutex<fastrand::Rng>,
+    engine: Engine,
 }
 
 impl Runtime {
@@ -139,11 +45,8 @@ impl Runtime {
     pub fn new(client: HttpClient, catalogue: Arc<Catalogue>, policy: Arc<Policy>) -> Self {
         Runtime {
             client,
-            catalogue,
             policy,
-            clock: Arc::new(SystemClock),
-            sleeper: Arc::new(TokioSleeper),
-            rng: Mutex::new(fastrand::Rng::new()),
+            engine: Engine::new(catalogue),
         }
     }
 
@@ -156,16 +59,15 @@ impl Runtime {
         ))
     }
 
-    /// Replaces the clock and the sleeper (tests use [`VirtualTime`] for both).
+    /// Replaces the clock and the sleeper (tests use [`VirtualTime`](crate::VirtualTime)).
     pub fn with_time(mut self, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
-        self.clock = clock;
-        self.sleeper = sleeper;
+        self.engine = self.engine.with_time(clock, sleeper);
         self
     }
 
     /// Seeds the jitter draws, for reproducible waits.
-    pub fn with_jitter_seed(self, seed: u64) -> Self {
-        *self.rng.lock().unwrap_or_else(PoisonError::into_inner) = fastrand::Rng::with_seed(seed);
+    pub fn with_jitter_seed(mut self, seed: u64) -> Self {
+        self.engine = self.engine.with_jitter_seed(seed);
         self
     }
 
@@ -188,15 +90,6 @@ impl Runtime {
     pub fn one_shot(&self, route: Vec<Provider>) -> TurnDriver<'_> {
         TurnDriver::new(self, route, Caller::OneShot)
     }
-
-    fn draw(&self) -> Jitter {
-        Jitter::new(
-            self.rng
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .f64(),
-        )
-    }
 }
 
 static MESSAGE_IDS: AtomicU64 = AtomicU64::new(1);
@@ -207,12 +100,7 @@ static MESSAGE_IDS: AtomicU64 = AtomicU64::new(1);
 pub struct TurnDriver<'r> {
     runtime: &'r Runtime,
     route: Vec<Provider>,
-    turn: Turn,
-}
-
-enum AttemptError {
-    Aborted,
-    Failed { evidence: Evidence, delivered: bool },
+    turn: Option<Turn>,
 }
 
 impl<'r> TurnDriver<'r> {
@@ -221,13 +109,15 @@ impl<'r> TurnDriver<'r> {
         TurnDriver {
             runtime,
             route,
-            turn: Turn::new(policies, caller),
+            turn: Some(Turn::new(policies, caller)),
         }
     }
 
     /// The core state machine of this turn (counters, candidate).
     pub fn state(&self) -> &Turn {
-        &self.turn
+        self.turn
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("a driver's turn is made with it"))
     }
 
     /// Sends `body` (a protocol-native request body) and returns the complete response,
@@ -242,309 +132,205 @@ impl<'r> TurnDriver<'r> {
         cancel: &CancellationToken,
     ) -> Result<ModelResponse, TurnError> {
         let message_id = format!("msg_rb_{}", MESSAGE_IDS.fetch_add(1, Ordering::Relaxed));
-        let end = |sink: &mut dyn EventSink, outcome| {
-            sink.emit(Event::End {
-                message_id: message_id.clone(),
-                outcome,
-            });
-        };
-        loop {
-            let Some(provider) = self.route.get(self.turn.candidate()).cloned() else {
-                end(sink, Outcome::Failed);
-                return Err(TurnError::Invalid("the route has no candidate".into()));
+        let (outcome, result) = if self.route.is_empty() {
+            (
+                Outcome::Failed,
+                Err(TurnError::Invalid("the route has no candidate".into())),
+            )
+        } else {
+            let mut host = TurnHost {
+                runtime: self.runtime,
+                route: &self.route,
+                body,
+                stream,
+                message_id: &message_id,
+                sink: &mut *sink,
+                cancel,
+                invalid: None,
             };
-            let result = self
-                .attempt(&provider, body, stream, &message_id, sink, cancel)
-                .await;
-            let (evidence, delivered) = match result {
-                Ok(response) => {
-                    self.turn.on_success();
-                    end(sink, Outcome::Complete);
-                    return Ok(response);
+            match recover(&self.runtime.engine, &mut host, &mut self.turn).await {
+                Ending::Succeeded(response) => (Outcome::Complete, Ok(response)),
+                Ending::Stopped(diagnostics) => {
+                    (Outcome::Failed, Err(TurnError::Failed(diagnostics)))
                 }
-                Err(Err(invalid)) => {
-                    end(sink, Outcome::Failed);
-                    return Err(invalid);
-                }
-                Err(Ok(AttemptError::Aborted)) => {
-                    end(sink, Outcome::Aborted);
-                    return Err(TurnError::Aborted);
-                }
-                Err(Ok(AttemptError::Failed {
-                    evidence,
-                    delivered,
-                })) => (evidence, delivered),
-            };
-            let now = self.runtime.clock.now();
-            let classification = self.runtime.catalogue.classify(&evidence, now);
-            let action = self.turn.on_failure(
-                Failure {
-                    evidence: &evidence,
-                    classification: &classification,
-                    // The caller receives `Discard` and drops partial output itself, and
-                    // tool calls only leave the driver in a complete response.
-                    safety: Safety::Replayable,
+                Ending::Ended => match host.invalid.take() {
+                    Some(reason) => (Outcome::Failed, Err(TurnError::Invalid(reason))),
+                    None => (Outcome::Aborted, Err(TurnError::Aborted)),
                 },
-                now,
-                self.runtime.draw(),
-            );
-            match action {
-                Action::Retry(wait) => {
-                    if delivered {
-                        sink.emit(Event::Discard {
-                            message_id: message_id.clone(),
-                        });
-                    }
-                    sink.emit(Event::Retrying {
-                        message_id: message_id.clone(),
-                        status: wait.status,
-                    });
-                    tokio::select! {
-                        biased;
-                        _ = cancel.cancelled() => {
-                            end(sink, Outcome::Aborted);
-                            return Err(TurnError::Aborted);
-                        }
-                        _ = self.runtime.sleeper.sleep(wait.delay) => {}
-                    }
-                }
-                Action::Fallback { candidate, .. } => {
-                    if delivered {
-                        sink.emit(Event::Discard {
-                            message_id: message_id.clone(),
-                        });
-                    }
-                    sink.emit(Event::Fallback {
-                        message_id: message_id.clone(),
-                        candidate,
-                    });
-                }
-                Action::Stop(diagnostics) => {
-                    sink.emit(Event::Error {
-                        message_id: message_id.clone(),
-                        diagnostics: diagnostics.clone(),
-                    });
-                    end(sink, Outcome::Failed);
-                    return Err(TurnError::Failed(diagnostics));
-                }
             }
-        }
+        };
+        sink.emit(Event::End {
+            message_id,
+            outcome,
+        });
+        result
     }
+}
 
-    /// One attempt. `Err(Err(_))` is a request that cannot be built: no attempt was sent.
-    async fn attempt(
-        &self,
-        provider: &Provider,
-        body: &Value,
-        stream: bool,
-        message_id: &str,
-        sink: &mut dyn EventSink,
-        cancel: &CancellationToken,
-    ) -> Result<ModelResponse, Result<AttemptError, TurnError>> {
-        let request = provider
-            .request(body, stream)
-            .map_err(|e| Err(TurnError::Invalid(e.to_string())))?;
-        let base = Evidence {
-            provider: Some(provider.name.clone()),
-            ..Evidence::default()
-        };
-        let fail = |failure: TransportFailure, phase: Phase, delivered: bool| {
-            Ok(AttemptError::Failed {
-                evidence: Evidence {
-                    transport: Some(failure.kind),
-                    body: Some(failure.message),
-                    phase,
-                    ..base.clone()
-                },
-                delivered,
-            })
-        };
-        let sent = tokio::select! {
-            biased;
-            _ = cancel.cancelled() => return Err(Ok(AttemptError::Aborted)),
-            sent = self.runtime.client.send(request) => sent,
-        };
-        let response = sent.map_err(|failure| fail(failure, Phase::Setup, false))?;
-        let status = response.status();
-        let headers: Headers = response
-            .headers()
-            .iter()
-            .map(|(name, value)| {
-                (
-                    name.as_str(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let idle = self.runtime.client.timeouts().idle;
-        let mut body_in = response.into_body();
-        if !status.is_success() {
-            let bytes =
-                match read_body(&mut body_in, ERROR_BODY_LIMIT, idle, cancel.cancelled()).await {
-                    Ok(bytes) => bytes,
-                    Err(None) => return Err(Ok(AttemptError::Aborted)),
-                    // A broken error body: the status and headers alone are evidence (C5).
-                    Err(Some(_)) => Bytes::new(),
-                };
-            return Err(Ok(AttemptError::Failed {
-                evidence: Evidence {
-                    status: Some(status.as_u16()),
-                    headers,
-                    body: Some(String::from_utf8_lossy(&bytes).into_owned()),
-                    ..base
-                },
-                delivered: false,
-            }));
-        }
-        if !stream {
-            let bytes =
-                match read_whole(&mut body_in, RESPONSE_LIMIT, idle, cancel.cancelled()).await {
-                    Ok(bytes) => bytes,
-                    Err(None) => return Err(Ok(AttemptError::Aborted)),
-                    Err(Some(failure)) => return Err(fail(failure, Phase::Setup, false)),
-                };
-            return match provider.parse_complete(&bytes) {
-                Some(mut response) if !response.is_empty() => {
-                    response.message_id = message_id.to_owned();
-                    Ok(response)
-                }
-                // An empty answer is evidence with an empty body (`empty_response`).
-                Some(_) => Err(Ok(AttemptError::Failed {
-                    evidence: Evidence {
-                        status: Some(status.as_u16()),
-                        headers,
-                        body: Some(String::new()),
-                        ..base
-                    },
-                    delivered: false,
-                })),
-                // A body that is not the protocol's JSON is a broken answer.
-                None => {
-                    let failure = TransportFailure {
-                        kind: TransportKind::BodyDecode,
-                        message: format!(
-                            "a {} answer whose body is not the protocol's JSON ({} bytes)",
-                            status.as_u16(),
-                            bytes.len()
-                        ),
-                    };
-                    Err(fail(failure, Phase::Setup, false))
-                }
-            };
-        }
-        let mut framer = SseFramer::new();
-        let mut phase = Phase::Setup;
-        let mut delivered = false;
-        let mut response = ModelResponse {
-            message_id: message_id.to_owned(),
-            ..ModelResponse::default()
-        };
-        loop {
-            let frame = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(Ok(AttemptError::Aborted)),
-                frame = tokio::time::timeout(idle, body_in.frame()) => frame,
-            };
-            let data = match frame {
-                Err(_) => {
-                    let failure = TransportFailure {
-                        kind: TransportKind::IdleTimeout,
-                        message: format!("no stream event for {} s", idle.as_secs_f64()),
-                    };
-                    return Err(fail(failure, phase, delivered));
-                }
-                Ok(None) => {
-                    let failure = TransportFailure {
-                        kind: TransportKind::Truncated,
-                        message: "the stream ended before its final event".into(),
-                    };
-                    return Err(fail(failure, phase, delivered));
-                }
-                Ok(Some(Err(failure))) => return Err(fail(failure, phase, delivered)),
-                Ok(Some(Ok(frame))) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(_) => continue,
-                },
-            };
-            let events = framer.push(&data).map_err(|e| {
-                let failure = TransportFailure {
-                    kind: TransportKind::BodyDecode,
-                    message: e.to_string(),
-                };
-                fail(failure, phase, delivered)
-            })?;
-            for event in events {
-                for item in stream_items(provider.protocol, &event.event, &event.data) {
-                    if item.is_content() {
-                        phase = Phase::Stream;
-                    }
-                    match item {
-                        StreamItem::Text(text) => {
-                            if !text.is_empty() {
-                                delivered = true;
-                                response.text.push_str(&text);
-                                sink.emit(Event::Text {
-                                    message_id: message_id.to_owned(),
-                                    text,
-                                });
-                            }
-                        }
-                        StreamItem::ToolCallStart { index, id, name } => {
-                            let call = tool_call(&mut response.tool_calls, index);
-                            call.id = id;
-                            call.name = name;
-                        }
-                        StreamItem::ToolArguments { index, fragment } => {
-                            tool_call(&mut response.tool_calls, index)
-                                .arguments
-                                .push_str(&fragment);
-                        }
-                        StreamItem::Stop(reason) => response.stop_reason = Some(reason),
-                        StreamItem::Error { kind } => {
-                            return Err(Ok(AttemptError::Failed {
-                                evidence: Evidence {
-                                    status: Some(status.as_u16()),
-                                    sse_event: Some(kind),
-                                    body: Some(event.data.clone()),
-                                    phase,
-                                    ..base
-                                },
-                                delivered,
-                            }));
-                        }
-                        StreamItem::Malformed => {
-                            let failure = TransportFailure {
-                                kind: TransportKind::BodyDecode,
-                                message: "an SSE event's data is not the protocol's JSON".into(),
-                            };
-                            return Err(fail(failure, phase, delivered));
-                        }
-                        StreamItem::Done => {
-                            if response.is_empty() {
-                                return Err(Ok(AttemptError::Failed {
-                                    evidence: Evidence {
-                                        status: Some(status.as_u16()),
-                                        body: Some(String::new()),
-                                        phase,
-                                        ..base
-                                    },
-                                    delivered,
-                                }));
-                            }
-                            return Ok(response);
-                        }
-                        StreamItem::Preamble => {}
-                    }
-                }
-            }
+/// One request of a turn, as a host of the recovery loop: attempts go to the route's
+/// providers, waits are told to the caller and race its abort token.
+struct TurnHost<'a> {
+    runtime: &'a Runtime,
+    route: &'a [Provider],
+    body: &'a Value,
+    stream: bool,
+    message_id: &'a str,
+    sink: &'a mut dyn EventSink,
+    cancel: &'a CancellationToken,
+    /// Why the request could not be built, when that ended it: no attempt was sent.
+    invalid: Option<String>,
+}
+
+impl TurnHost<'_> {
+    /// The failed attempt's partial output goes before the replay (R1).
+    fn discard_partial(&mut self, failed: &Failed<()>) {
+        if failed.delivered {
+            self.sink.emit(Event::Discard {
+                message_id: self.message_id.to_owned(),
+            });
         }
     }
 }
 
-fn tool_call(calls: &mut Vec<ToolCall>, index: usize) -> &mut ToolCall {
-    let index = index.min(63);
-    if calls.len() <= index {
-        calls.resize_with(index + 1, ToolCall::default);
+impl Host for TurnHost<'_> {
+    type Success = ModelResponse;
+    type Detail = ();
+    type Stopped = Box<Diagnostics>;
+
+    fn route_id(&self) -> &str {
+        "turn"
     }
-    &mut calls[index]
+
+    fn candidate_id(&self, candidate: usize) -> &str {
+        self.route.get(candidate).map_or("-", |p| p.name.as_str())
+    }
+
+    fn new_turn(&self) -> Turn {
+        let policies = vec![Arc::clone(&self.runtime.policy); self.route.len().max(1)];
+        Turn::new(policies, Caller::Session)
+    }
+
+    async fn attempt(&mut self, candidate: usize, _attempt: u32) -> Attempted<ModelResponse, ()> {
+        let Some(provider) = self.route.get(candidate) else {
+            self.invalid = Some(format!("the route has no candidate {candidate}"));
+            return Attempted::Ended;
+        };
+        let request = match provider.request(self.body, self.stream) {
+            Ok(request) => request,
+            Err(e) => {
+                self.invalid = Some(e.to_string());
+                return Attempted::Ended;
+            }
+        };
+        let client = &self.runtime.client;
+        let sent = tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => return Attempted::Ended,
+            sent = client.send(request) => sent,
+        };
+        let response = match sent {
+            Ok(response) => response,
+            Err(failure) => return failed(provider, failure, Phase::Setup, false),
+        };
+        let (parts, mut body) = response.into_parts();
+        let idle = client.timeouts().idle;
+        if !parts.status.is_success() {
+            let bytes = match read_error_body(&mut body, idle, self.cancel.cancelled()).await {
+                ErrorBody::Read(bytes) => bytes,
+                ErrorBody::Cancelled => return Attempted::Ended,
+            };
+            return Attempted::Failed(Failed {
+                evidence: response_evidence(&provider.name, parts.status, &parts.headers, &bytes),
+                delivered: false,
+                safety: Safety::Replayable,
+                detail: (),
+            });
+        }
+        let read = if self.stream {
+            read_stream(
+                provider,
+                parts.status,
+                &mut body,
+                idle,
+                self.message_id,
+                &mut *self.sink,
+                self.cancel,
+            )
+            .await
+        } else {
+            read_complete(
+                provider,
+                &parts,
+                &mut body,
+                idle,
+                self.message_id,
+                self.cancel,
+            )
+            .await
+        };
+        match read {
+            Read::Response(response) => Attempted::Succeeded(response),
+            Read::Failed {
+                evidence,
+                delivered,
+            } => Attempted::Failed(Failed {
+                evidence,
+                delivered,
+                // The caller receives `Discard` and drops partial output itself, and tool
+                // calls only leave the driver in a complete response.
+                safety: Safety::Replayable,
+                detail: (),
+            }),
+            Read::Cancelled => Attempted::Ended,
+        }
+    }
+
+    async fn wait(&mut self, failed: &Failed<()>, wait: &Wait, _attempt: u32) -> Flow {
+        self.discard_partial(failed);
+        self.sink.emit(Event::Retrying {
+            message_id: self.message_id.to_owned(),
+            status: wait.status.clone(),
+        });
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Flow::End,
+            _ = self.runtime.engine.sleeper().sleep(wait.delay) => Flow::Continue,
+        }
+    }
+
+    async fn fall_back(&mut self, failed: &Failed<()>, next: usize, _attempt: u32) -> Flow {
+        self.discard_partial(failed);
+        self.sink.emit(Event::Fallback {
+            message_id: self.message_id.to_owned(),
+            candidate: next,
+        });
+        Flow::Continue
+    }
+
+    async fn stop(
+        &mut self,
+        _failed: Failed<()>,
+        diagnostics: Box<Diagnostics>,
+        _attempt: u32,
+    ) -> Box<Diagnostics> {
+        self.sink.emit(Event::Error {
+            message_id: self.message_id.to_owned(),
+            diagnostics: diagnostics.clone(),
+        });
+        diagnostics
+    }
+}
+
+fn failed(
+    provider: &Provider,
+    failure: crate::http::TransportFailure,
+    phase: Phase,
+    delivered: bool,
+) -> Attempted<ModelResponse, ()> {
+    Attempted::Failed(Failed {
+        evidence: crate::attempt::transport_evidence(&provider.name, failure, phase),
+        delivered,
+        safety: Safety::Replayable,
+        detail: (),
+    })
 }

@@ -11,8 +11,13 @@
 //! - [`provider`]: the two protocols: requests, complete answers, stream items and the commit
 //!   point.
 //! - [`sse`]: server-sent-events framing.
-//! - [`driver`]: the [`Runtime`] (client, catalogue, one policy object, clock, jitter) and
-//!   the [`TurnDriver`] that runs one request at a time.
+//! - [`recovery`]: the recovery loop, written once: attempt, evidence, decision, then wait,
+//!   fall back or stop, over a small [`Host`] trait. The gateway's live requests and durable
+//!   jobs are hosts of it too.
+//! - [`attempt`]: one attempt's outcome and the evidence a failed one leaves behind.
+//! - [`driver`]: the [`Runtime`] (client, one policy object, recovery engine) and the
+//!   [`TurnDriver`] that runs one request at a time as a host of the loop.
+//! - [`time`]: the clock and the one way to wait, virtual in tests.
 //! - [`event`]: what the caller hears: text, discard, retrying, fallback, error, end.
 //!
 //! ## Example
@@ -57,19 +62,24 @@
 //! ```
 //!
 //! ## What it must never do
-//! Retry anywhere but in the driver's loop; re-send an earlier step of a turn (so a completed
+//! Retry anywhere but in the recovery loop; re-send an earlier step of a turn (so a completed
 //! tool call never runs twice); emit more than one terminal error or end per request; keep
 //! sending after an abort.
 
+pub mod attempt;
 pub mod driver;
 pub mod event;
 pub mod http;
 pub mod provider;
+mod reading;
+pub mod recovery;
 pub mod sse;
+pub mod time;
 
-pub use driver::{
-    Clock, Runtime, Sleeper, SystemClock, TokioSleeper, TurnDriver, TurnError, VirtualTime,
-};
+pub use attempt::{Attempted, Failed};
+pub use driver::{Runtime, TurnDriver, TurnError};
 pub use event::{Event, EventSink, Outcome};
 pub use http::{HttpClient, Timeouts};
 pub use provider::{ModelResponse, Protocol, Provider, ToolCall};
+pub use recovery::{Decision, Ending, Engine, Flow, Host, Report, recover};
+pub use time::{Clock, Sleeper, SystemClock, TokioSleeper, VirtualTime};

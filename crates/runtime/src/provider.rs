@@ -20,6 +20,16 @@ pub enum Protocol {
     Anthropic,
 }
 
+impl Protocol {
+    /// The name, as in configuration, metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::OpenAi => "openai",
+            Protocol::Anthropic => "anthropic",
+        }
+    }
+}
+
 /// One candidate's endpoint.
 #[derive(Clone)]
 pub struct Provider {

@@ -14,24 +14,25 @@ use rebound_runtime::http::{ResponseBody, TransportFailure};
 use rebound_runtime::provider::{StreamItem, stream_items};
 use rebound_runtime::sse::{SseEvent, SseFramer};
 
-use super::Job;
+use rebound_runtime::Attempted;
+
 use super::downstream::{Downstream, Head};
-use super::upstream::{Attempt, FailedAttempt};
+use super::headers::final_figures;
+use super::outcome::{Attempt, Detail, failure};
 
 /// Relays one streaming attempt to the client.
 pub(super) async fn relay(
-    job: &Job,
     mut relay: Relay,
+    idle: std::time::Duration,
     body: &mut ResponseBody,
     down: &mut Downstream,
 ) -> Attempt {
     // The relay state comes built: a parameter is kept for the whole stream, and building it
     // here from its parts would keep both.
-    let idle = job.gateway.client.timeouts().idle;
     loop {
         let frame = tokio::select! {
             biased;
-            () = down.gone() => return Attempt::ClientGone,
+            () = down.gone() => return Attempted::Ended,
             frame = tokio::time::timeout(idle, body.frame()) => frame,
         };
         let data = match frame {
@@ -59,7 +60,7 @@ pub(super) async fn relay(
             let delivered = if down.committed() {
                 // The countdown committed the response while an earlier attempt waited:
                 // its headers are spent, so the final figures go as a comment (G6).
-                down.send(super::final_figures(&headers)).await
+                down.send(final_figures(&headers)).await
             } else {
                 down.respond(Head {
                     status: relay.status,
@@ -68,12 +69,12 @@ pub(super) async fn relay(
                 })
             };
             if !delivered {
-                return Attempt::ClientGone;
+                return Attempted::Ended;
             }
         }
         for bytes in send.into_iter().flatten() {
             if !down.send(bytes).await {
-                return Attempt::ClientGone;
+                return Attempted::Ended;
             }
         }
         if let Some(end) = end {
@@ -96,7 +97,8 @@ pub(super) struct Relay {
     pending_base: u64,
     /// The commit point has passed.
     content_seen: bool,
-    base: Evidence,
+    /// The provider name evidence carries.
+    provider: String,
 }
 
 /// What one chunk asks for, in order: commit the response, send bytes, end the attempt.
@@ -114,7 +116,7 @@ impl Relay {
         restart: bool,
         status: StatusCode,
         mut headers: HeaderMap,
-        base: Evidence,
+        provider: String,
     ) -> Self {
         headers.remove(http::header::CONTENT_LENGTH);
         Relay {
@@ -126,7 +128,7 @@ impl Relay {
             pending: BytesMut::new(),
             pending_base: 0,
             content_seen: false,
-            base,
+            provider,
         }
     }
 
@@ -138,19 +140,23 @@ impl Relay {
         }
     }
 
+    /// Evidence of this stream, to be completed.
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            provider: Some(self.provider.clone()),
+            phase: self.phase(),
+            ..Evidence::default()
+        }
+    }
+
     /// A failure below the protocol, in the stream's current phase.
-    fn failed(&self, failure: TransportFailure) -> Attempt {
-        Attempt::Failed(FailedAttempt {
-            evidence: Evidence {
-                transport: Some(failure.kind),
-                body: Some(failure.message),
-                phase: self.phase(),
-                ..self.base.clone()
-            },
-            delivered: self.content_seen,
-            error_forwarded: false,
-            upstream_error: None,
-        })
+    fn failed(&self, broken: TransportFailure) -> Attempt {
+        let evidence = Evidence {
+            transport: Some(broken.kind),
+            body: Some(broken.message),
+            ..self.evidence()
+        };
+        failure(evidence, self.content_seen, self.restart, Detail::default())
     }
 
     /// `pending` up to the stream offset `upto`, taken for the client.
@@ -208,19 +214,15 @@ impl Relay {
         if done {
             step.end = Some(Box::new(if self.content_seen {
                 step.send[0] = Some(self.pending.split().freeze());
-                Attempt::Delivered
+                Attempted::Succeeded(())
             } else {
                 // A complete stream without content: empty, and not yet shown to anyone.
-                Attempt::Failed(FailedAttempt {
-                    evidence: Evidence {
-                        status: Some(self.status.as_u16()),
-                        body: Some(String::new()),
-                        ..self.base.clone()
-                    },
-                    delivered: false,
-                    error_forwarded: false,
-                    upstream_error: None,
-                })
+                let evidence = Evidence {
+                    status: Some(self.status.as_u16()),
+                    body: Some(String::new()),
+                    ..self.evidence()
+                };
+                failure(evidence, false, self.restart, Detail::default())
             }));
             return step;
         }
@@ -247,18 +249,22 @@ impl Relay {
         if forwarded {
             step.send[1] = Some(redacted_event(event));
         }
-        step.end = Some(Box::new(Attempt::Failed(FailedAttempt {
-            evidence: Evidence {
-                status: Some(self.status.as_u16()),
-                sse_event: Some(kind),
-                body: Some(event.data.clone()),
-                phase: self.phase(),
-                ..self.base.clone()
-            },
-            delivered: self.content_seen,
+        let evidence = Evidence {
+            status: Some(self.status.as_u16()),
+            sse_event: Some(kind),
+            body: Some(event.data.clone()),
+            ..self.evidence()
+        };
+        let detail = Detail {
             error_forwarded: forwarded,
             upstream_error: None,
-        })));
+        };
+        step.end = Some(Box::new(failure(
+            evidence,
+            self.content_seen,
+            self.restart,
+            detail,
+        )));
     }
 }
 

@@ -13,7 +13,8 @@ use serde_json::{Value, json};
 
 use super::view::summary;
 use super::{Jobs, policies_of, spawn_driver};
-use crate::server::{Body, Gateway, full};
+use crate::reply::{Body, full};
+use crate::state::Gateway;
 
 fn json_response(status: StatusCode, value: &Value) -> http::Response<Body> {
     full(status, "application/json", value.to_string())
@@ -189,7 +190,7 @@ async fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Respo
         policies,
         request: submit.request.into_bytes(),
     };
-    let now = gateway.clock.now();
+    let now = gateway.clock().now();
     match jobs.off_thread(move |store| store.create(new, now)).await {
         Ok(job) => {
             spawn_driver(gateway, job.id.clone());
@@ -253,9 +254,9 @@ async fn manual(
     };
     let (target, now, act, catalogue) = (
         id.to_owned(),
-        gateway.clock.now(),
+        gateway.clock().now(),
         action.to_owned(),
-        Arc::clone(&gateway.catalogue),
+        Arc::clone(gateway.catalogue()),
     );
     let decided = jobs
         .off_thread(move |store| {
@@ -318,7 +319,7 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
             };
         }
     };
-    let (tx, body_rx) = crate::forward::pipe::pipe();
+    let (tx, body_rx) = crate::reply::pipe::pipe();
     let first = summary(&job, None).to_string();
     let done = job.state.is_final() || job.state == JobState::ActionRequired;
     tokio::spawn(async move {
@@ -344,7 +345,7 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
             }
         }
     });
-    let mut response = http::Response::new(crate::forward::Body::Stream(body_rx));
+    let mut response = http::Response::new(Body::Stream(body_rx));
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),

@@ -1,191 +1,313 @@
-//! The job driver: dispatches, waits and decides, committing each step before acting (P1).
+//! The job driver: a durable job as a host of the recovery loop. Every step is committed to
+//! the store before it is acted on (P1), and every commit is fenced by the job's generation
+//! (P2): a manual action since the driver last read the job wins, and the driver stops.
+//!
+//! The store holds the job's truth between attempts: before each attempt the driver reloads
+//! the job and its turn, waits out a persisted deadline (a timer, or a manual action that wakes
+//! it), and records the attempt as possibly sent before a byte leaves (P3).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::{Request, header};
-use rebound_core::backoff::Jitter;
 use rebound_core::status::StopReason;
-use rebound_core::{
-    Action, Caller, Evidence, Failure, Headers, Phase, Safety, TransportKind, Turn, WaitKind,
+use rebound_core::{Action, Caller, Diagnostics, Evidence, Phase, Safety, Turn, Wait, WaitKind};
+use rebound_runtime::attempt::{
+    ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
 use rebound_runtime::http::read_whole;
+use rebound_runtime::{Attempted, Decision, Failed, Flow, Host, Report, recover};
 use rebound_store::{AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState};
 use serde_json::json;
+use tokio::sync::Notify;
 
 use super::{Jobs, candidate_of, policies_of};
 use crate::config::Candidate;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
-/// The largest job response kept.
-const RESPONSE_LIMIT: usize = 64 << 20;
-
+/// Runs job `id` until it succeeds, fails, waits for a human, or another owner takes it.
 pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
     let Some(jobs) = gateway.jobs.as_ref() else {
         return;
     };
-    let waker = jobs.waker(&id);
-    loop {
-        let Ok(job) = jobs.get(&id).await else {
-            return;
+    let mut host = JobHost {
+        gateway: &gateway,
+        jobs,
+        waker: jobs.waker(&id),
+        id,
+        job: None,
+        candidate: None,
+        started: SystemTime::UNIX_EPOCH,
+    };
+    let mut turn = None;
+    let _ = recover(&gateway.engine, &mut host, &mut turn).await;
+}
+
+/// One job, driven.
+struct JobHost<'a> {
+    gateway: &'a Arc<Gateway>,
+    jobs: &'a Jobs,
+    id: String,
+    /// Woken by manual actions.
+    waker: Arc<Notify>,
+    /// The job as of the driver's latest transition.
+    job: Option<JobRecord>,
+    /// The candidate of the attempt in flight.
+    candidate: Option<Arc<Candidate>>,
+    /// When the attempt in flight was dispatched.
+    started: SystemTime,
+}
+
+impl JobHost<'_> {
+    /// The job as last read; `None` only before the first `prepare`.
+    fn job(&self) -> Option<&JobRecord> {
+        self.job.as_ref()
+    }
+
+    /// Waits for a waiting job's deadline, or for a manual action to wake it. The timer's
+    /// transition to pending is fenced: a manual action since then wins.
+    async fn wait_for_deadline(&self, job: &JobRecord) {
+        let now = self.gateway.clock().now();
+        let wait = job.deadline.map_or(Duration::ZERO, |deadline| {
+            deadline.duration_since(now).unwrap_or(Duration::ZERO)
+        });
+        tokio::select! {
+            () = self.gateway.sleeper().sleep(wait) => {
+                let now = self.gateway.clock().now();
+                let moved = self.jobs.transition(&job.id, job.generation, now, |j| {
+                    j.state = JobState::Pending;
+                    j.deadline = None;
+                    vec![]
+                }).await;
+                if let Ok(job) = moved {
+                    self.jobs.publish(&job);
+                }
+            }
+            () = self.waker.notified() => {}
+        }
+    }
+
+    /// Records a pending job's attempt as possibly sent (P1, P3) and loads its turn.
+    async fn dispatch(&mut self, job: JobRecord, turn: &mut Option<Turn>) -> Flow {
+        let now = self.gateway.clock().now();
+        let Some(candidate) = candidate_of(self.gateway, &job) else {
+            let gone = json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"});
+            let _ = self.jobs.require_action(&job, now, gone).await;
+            return Flow::End;
         };
-        match job.state {
-            JobState::Pending => {
-                if !dispatch(&gateway, jobs, job).await {
-                    return;
-                }
+        // The snapshot decides what follows a failure: one this gateway cannot run is a
+        // human's to resolve, before anything is sent.
+        let policies = match policies_of(&job, self.gateway.catalogue()) {
+            Ok(policies) => policies,
+            Err(invalid) => {
+                let _ = self
+                    .jobs
+                    .require_action(&job, now, invalid.to_job_error())
+                    .await;
+                return Flow::End;
             }
-            JobState::Waiting => {
-                let wait = job.deadline.map_or(Duration::ZERO, |deadline| {
-                    deadline
-                        .duration_since(gateway.clock.now())
-                        .unwrap_or(Duration::ZERO)
-                });
-                tokio::select! {
-                    () = gateway.sleeper.sleep(wait) => {
-                        // The timer's transition is fenced: a manual action since then wins.
-                        let moved = jobs.transition(&id, job.generation, gateway.clock.now(), |j| {
-                            j.state = JobState::Pending;
-                            j.deadline = None;
-                            vec![]
-                        }).await;
-                        if let Ok(job) = moved {
-                            jobs.publish(&job);
-                        }
-                    }
-                    () = waker.notified() => {}
-                }
-            }
-            // Final, waiting for a human, or owned by another driver.
-            _ => return,
+        };
+        let restored = Turn::restore(policies, Caller::Session, &job.turn);
+        let number = restored.attempt();
+        let candidate_id = candidate.id.clone();
+        let dispatched = self
+            .jobs
+            .transition(&job.id, job.generation, now, move |j| {
+                j.state = JobState::Dispatching;
+                vec![AttemptOp::Begin(AttemptRecord::in_flight(
+                    number,
+                    candidate_id.clone(),
+                    now,
+                ))]
+            })
+            .await;
+        let Ok(job) = dispatched else {
+            return Flow::End;
+        };
+        self.jobs.publish(&job);
+        self.job = Some(job);
+        self.candidate = Some(candidate);
+        self.started = now;
+        *turn = Some(restored);
+        Flow::Continue
+    }
+
+    /// The record of the attempt in flight, finished now.
+    fn finished_attempt(&self, number: u32, outcome: AttemptOutcome) -> AttemptRecord {
+        let candidate = self
+            .candidate
+            .as_ref()
+            .map(|c| c.id.clone())
+            .unwrap_or_default();
+        AttemptRecord {
+            finished: Some(self.gateway.clock().now()),
+            outcome,
+            ..AttemptRecord::in_flight(number, candidate, self.started)
         }
     }
 }
 
-/// One attempt of a job. `false` when the driver should stop (another owner, or the store
-/// failed).
-async fn dispatch(gateway: &Arc<Gateway>, jobs: &Jobs, job: JobRecord) -> bool {
-    let Some(candidate) = candidate_of(gateway, &job) else {
-        let gone = json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"});
-        let _ = jobs.require_action(&job, gateway.clock.now(), gone).await;
-        return false;
-    };
-    // The snapshot decides what follows a failure: one this gateway cannot run is a human's
-    // to resolve, before anything is sent.
-    let policies = match policies_of(&job, &gateway.catalogue) {
-        Ok(policies) => policies,
-        Err(invalid) => {
-            let _ = jobs
-                .require_action(&job, gateway.clock.now(), invalid.to_job_error())
-                .await;
-            return false;
-        }
-    };
-    let number = job.turn.attempts.max(1);
-    let started = gateway.clock.now();
-    // P1/P3: the attempt is on record as possibly sent before a byte leaves.
-    let candidate_id = candidate.id.clone();
-    let dispatched = jobs
-        .transition(&job.id, job.generation, started, move |j| {
-            j.state = JobState::Dispatching;
-            vec![AttemptOp::Begin(AttemptRecord::in_flight(
-                number,
-                candidate_id.clone(),
-                started,
-            ))]
-        })
-        .await;
-    let Ok(job) = dispatched else { return false };
-    jobs.publish(&job);
-    gateway.metrics.attempt(&candidate.id);
-    let outcome = send(gateway, &candidate, &job).await;
-    let finished = gateway.clock.now();
-    let mut attempt = AttemptRecord {
-        finished: Some(finished),
-        ..AttemptRecord::in_flight(number, candidate.id.clone(), started)
-    };
-    let evidence = match outcome {
-        Ok((status, body)) => {
-            attempt.outcome = AttemptOutcome::Succeeded;
-            attempt.status = Some(status);
-            let done = jobs
-                .transition(&job.id, job.generation, finished, move |j| {
-                    j.state = JobState::Succeeded;
-                    j.response_status = Some(status);
-                    j.response = Some(body.clone());
-                    j.deadline = None;
-                    vec![AttemptOp::Finish(attempt.clone())]
-                })
-                .await;
-            if let Ok(job) = done {
-                jobs.publish(&job);
+impl Host for JobHost<'_> {
+    type Success = ();
+    type Detail = ();
+    type Stopped = ();
+
+    fn route_id(&self) -> &str {
+        self.job().map_or("-", |j| j.route_id.as_str())
+    }
+
+    fn candidate_id(&self, candidate: usize) -> &str {
+        self.job()
+            .and_then(|j| j.candidates.get(candidate))
+            .map_or("-", String::as_str)
+    }
+
+    fn new_turn(&self) -> Turn {
+        // `prepare` loads every attempt's turn; this is for a job it never loaded.
+        let policies = self
+            .job()
+            .and_then(|job| policies_of(job, self.gateway.catalogue()).ok())
+            .unwrap_or_default();
+        Turn::new(policies, Caller::Session)
+    }
+
+    async fn prepare(&mut self, turn: &mut Option<Turn>) -> Flow {
+        loop {
+            let Ok(job) = self.jobs.get(&self.id).await else {
+                return Flow::End;
+            };
+            match job.state {
+                JobState::Pending => return self.dispatch(job, turn).await,
+                JobState::Waiting => self.wait_for_deadline(&job).await,
+                // Final, waiting for a human, or owned by another driver.
+                _ => return Flow::End,
             }
-            return false;
         }
-        Err(evidence) => evidence,
-    };
-    let now = gateway.clock.now();
-    let classification = gateway.catalogue.classify(&evidence, now);
-    let mut turn = Turn::restore(policies, Caller::Session, &job.turn);
-    let action = turn.on_failure(
-        Failure {
-            evidence: &evidence,
-            classification: &classification,
-            safety: Safety::Replayable,
-        },
-        now,
-        Jitter::new(gateway.draw()),
-    );
-    attempt.outcome = AttemptOutcome::Failed;
-    attempt.status = evidence.status;
-    attempt.code = classification.code.as_ref().map(|c| c.to_string());
-    attempt.class = Some(classification.verdict.label().to_owned());
-    attempt.rule_id = classification.rule_id.as_deref().map(str::to_owned);
-    attempt.catalogue_version = Some(classification.catalogue_version.to_string());
-    attempt.phase = Some(evidence.phase.as_str().to_owned());
-    let recorded = json!({
-        "code": attempt.code, "class": attempt.class, "rule_id": attempt.rule_id,
-        "catalogue_version": attempt.catalogue_version, "hint_ms": classification.hint.map(|h| h.delay.as_millis() as u64),
-    });
-    let snapshot_after = turn.snapshot();
-    let result = jobs
-        .transition(&job.id, job.generation, gateway.clock.now(), move |j| {
-            j.classification = Some(recorded.clone());
-            j.turn = snapshot_after.clone();
-            match &action {
-                Action::Retry(wait) => {
-                    j.state = JobState::Waiting;
-                    j.deadline = Some(now + wait.delay);
-                    j.pending_outcome = Some(match wait.kind {
-                        WaitKind::ResetWait => "reset_wait".into(),
-                        _ => "retry".into(),
-                    });
-                }
-                Action::Fallback { .. } => {
-                    j.state = JobState::Pending;
-                    j.deadline = None;
-                    j.pending_outcome = Some("fallback".into());
-                }
-                Action::Stop(diagnostics) => {
-                    j.state = match diagnostics.reason {
-                        StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
-                        _ => JobState::Failed,
-                    };
-                    j.deadline = None;
-                    j.pending_outcome = None;
-                    j.error = serde_json::to_value(diagnostics).ok();
-                }
+    }
+
+    async fn attempt(&mut self, _candidate: usize, attempt: u32) -> Attempted<(), ()> {
+        let (Some(job), Some(candidate)) = (self.job.clone(), self.candidate.clone()) else {
+            return Attempted::Ended;
+        };
+        let (status, body) = match send(self.gateway, &candidate, &job).await {
+            Ok(answer) => answer,
+            Err(evidence) => {
+                return Attempted::Failed(Failed {
+                    evidence,
+                    delivered: false,
+                    safety: Safety::Replayable,
+                    detail: (),
+                });
             }
-            vec![AttemptOp::Finish(attempt.clone())]
-        })
-        .await;
-    match result {
-        Ok(job) => {
-            jobs.publish(&job);
-            !job.state.is_final() && job.state != JobState::ActionRequired
+        };
+        let mut record = self.finished_attempt(attempt, AttemptOutcome::Succeeded);
+        record.status = Some(status);
+        let now = self.gateway.clock().now();
+        let done = self
+            .jobs
+            .transition(&job.id, job.generation, now, move |j| {
+                j.state = JobState::Succeeded;
+                j.response_status = Some(status);
+                j.response = Some(body.clone());
+                j.deadline = None;
+                vec![AttemptOp::Finish(record.clone())]
+            })
+            .await;
+        if let Ok(job) = done {
+            self.jobs.publish(&job);
         }
-        Err(_) => false,
+        Attempted::Succeeded(())
+    }
+
+    async fn commit(&mut self, failed: &Failed<()>, decision: &Decision, turn: &Turn) -> Flow {
+        let Some(job) = self.job.clone() else {
+            return Flow::End;
+        };
+        let classification = &decision.classification;
+        let mut record = self.finished_attempt(decision.attempt, AttemptOutcome::Failed);
+        record.status = failed.evidence.status;
+        record.code = classification.code.as_ref().map(|c| c.to_string());
+        record.class = Some(decision.class().to_owned());
+        record.rule_id = classification.rule_id.as_deref().map(str::to_owned);
+        record.catalogue_version = Some(classification.catalogue_version.to_string());
+        record.phase = Some(failed.evidence.phase.as_str().to_owned());
+        let recorded = json!({
+            "code": record.code, "class": record.class, "rule_id": record.rule_id,
+            "catalogue_version": record.catalogue_version,
+            "hint_ms": classification.hint.map(|h| h.delay.as_millis() as u64),
+        });
+        let snapshot = turn.snapshot();
+        let now = self.gateway.clock().now();
+        let action = decision.action.clone();
+        let result = self
+            .jobs
+            .transition(&job.id, job.generation, now, move |j| {
+                j.classification = Some(recorded.clone());
+                j.turn = snapshot.clone();
+                apply(j, &action, now);
+                vec![AttemptOp::Finish(record.clone())]
+            })
+            .await;
+        match result {
+            Ok(job) => {
+                self.jobs.publish(&job);
+                self.job = Some(job);
+                Flow::Continue
+            }
+            Err(_) => Flow::End,
+        }
+    }
+
+    /// The wait is on record as the job's deadline: the next `prepare` spends it, durably.
+    async fn wait(&mut self, _failed: &Failed<()>, _wait: &Wait, _attempt: u32) -> Flow {
+        Flow::Continue
+    }
+
+    /// The terminal error is on record (see `commit`); nobody waits on a connection for it.
+    async fn stop(&mut self, _failed: Failed<()>, _diagnostics: Box<Diagnostics>, _attempt: u32) {}
+
+    fn report(&self, report: Report<'_>) {
+        // A job that ends without a decision was taken over or stopped by hand: no request
+        // outcome to count.
+        if matches!(report, Report::Ended) {
+            return;
+        }
+        let protocol = self.job().map_or("-", |j| j.protocol.as_str());
+        crate::observe::count(
+            &self.gateway.metrics,
+            protocol,
+            |c| self.candidate_id(c),
+            &report,
+        );
+    }
+}
+
+/// What a decision makes of the job's record.
+fn apply(job: &mut JobRecord, action: &Action, now: SystemTime) {
+    match action {
+        Action::Retry(wait) => {
+            job.state = JobState::Waiting;
+            job.deadline = Some(now + wait.delay);
+            job.pending_outcome = Some(match wait.kind {
+                WaitKind::ResetWait => "reset_wait".into(),
+                _ => "retry".into(),
+            });
+        }
+        Action::Fallback { .. } => {
+            job.state = JobState::Pending;
+            job.deadline = None;
+            job.pending_outcome = Some("fallback".into());
+        }
+        Action::Stop(diagnostics) => {
+            job.state = match diagnostics.reason {
+                StopReason::Unclassified | StopReason::Unsafe => JobState::ActionRequired,
+                _ => JobState::Failed,
+            };
+            job.deadline = None;
+            job.pending_outcome = None;
+            job.error = serde_json::to_value(diagnostics).ok();
+        }
     }
 }
 
@@ -195,65 +317,51 @@ async fn send(
     candidate: &Candidate,
     job: &JobRecord,
 ) -> Result<(u16, Vec<u8>), Evidence> {
-    let base = Evidence {
-        provider: Some(candidate.provider.clone()),
-        ..Evidence::default()
+    let provider = candidate.provider.as_str();
+    let broken = |kind, message: String| {
+        let failure = rebound_runtime::http::TransportFailure { kind, message };
+        transport_evidence(provider, failure, Phase::Setup)
     };
     let body = candidate.body_for(&Bytes::from(job.request.clone()));
     let mut request = Request::post(candidate.endpoint())
         .version(candidate.version())
         .header(header::CONTENT_TYPE, "application/json")
         .body(body)
-        .map_err(|e| Evidence {
-            body: Some(e.to_string()),
-            transport: Some(rebound_core::TransportKind::ConnectionRefused),
-            ..base.clone()
+        .map_err(|e| {
+            broken(
+                rebound_core::TransportKind::ConnectionRefused,
+                e.to_string(),
+            )
         })?;
     candidate.authorize(request.headers_mut());
     let response = gateway
         .client
         .send(request)
         .await
-        .map_err(|failure| Evidence {
-            transport: Some(failure.kind),
-            body: Some(failure.message),
-            phase: Phase::Setup,
-            ..base.clone()
-        })?;
+        .map_err(|failure| transport_evidence(provider, failure, Phase::Setup))?;
     let (parts, mut body) = response.into_parts();
     let idle = gateway.client.timeouts().idle;
-    let bytes = match read_whole(&mut body, RESPONSE_LIMIT, idle, std::future::pending()).await {
-        Ok(bytes) => bytes.to_vec(),
-        // `None` would mean cancelled, which a pending future never is.
-        Err(failure) => {
-            return Err(Evidence {
-                transport: Some(
-                    failure
-                        .as_ref()
-                        .map_or(TransportKind::Truncated, |f| f.kind),
-                ),
-                body: failure.map(|f| f.message),
-                ..base
-            });
-        }
-    };
-    if parts.status.is_success() {
-        return Ok((parts.status.as_u16(), bytes));
+    // Nothing waits on a connection for a job: it is never cancelled.
+    if !parts.status.is_success() {
+        let bytes = match read_error_body(&mut body, idle, std::future::pending()).await {
+            ErrorBody::Read(bytes) => bytes,
+            ErrorBody::Cancelled => Bytes::new(),
+        };
+        return Err(response_evidence(
+            provider,
+            parts.status,
+            &parts.headers,
+            &bytes,
+        ));
     }
-    let headers: Headers = parts
-        .headers
-        .iter()
-        .map(|(n, v)| {
-            (
-                n.as_str(),
-                String::from_utf8_lossy(v.as_bytes()).into_owned(),
-            )
-        })
-        .collect();
-    Err(Evidence {
-        status: Some(parts.status.as_u16()),
-        headers,
-        body: Some(String::from_utf8_lossy(&bytes).into_owned()),
-        ..base
-    })
+    match read_whole(&mut body, RESPONSE_LIMIT, idle, std::future::pending()).await {
+        Ok(bytes) => Ok((parts.status.as_u16(), bytes.to_vec())),
+        Err(failure) => Err(match failure {
+            Some(failure) => transport_evidence(provider, failure, Phase::Setup),
+            None => broken(
+                rebound_core::TransportKind::Truncated,
+                "the answer was not read".into(),
+            ),
+        }),
+    }
 }

@@ -29,7 +29,7 @@ use tokio::sync::{Notify, broadcast};
 pub(crate) use api::handle;
 
 use crate::config::Candidate;
-use crate::server::Gateway;
+use crate::state::Gateway;
 
 /// How many state changes a slow event follower may fall behind before it misses some.
 const EVENTS_BUFFERED: usize = 64;
@@ -246,7 +246,7 @@ pub async fn resume(gateway: &Arc<Gateway>) -> Result<Reconciliation, StoreError
     let Some(jobs) = gateway.jobs.as_ref() else {
         return Ok(Reconciliation::default());
     };
-    let now = gateway.clock.now();
+    let now = gateway.clock().now();
     let reconciled = jobs
         .off_thread(move |store| rebound_store::reconcile(store, now))
         .await?;

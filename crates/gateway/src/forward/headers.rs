@@ -1,0 +1,172 @@
+//! Headers on both sides of a forwarded request: what is relayed, rebound's own (G6), and copies
+//! that share no memory with a connection's read buffer.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, header};
+
+use crate::config::{Candidate, Route};
+
+/// Request headers never forwarded upstream.
+pub(super) const HOP_BY_HOP: [&str; 11] = [
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "accept-encoding",
+];
+
+/// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
+/// they will wait for a stream's commit point.
+pub(crate) fn relayable(upstream: &HeaderMap, detach_values: bool) -> HeaderMap {
+    // Room for the `x-rebound-*` headers added next.
+    let mut out = HeaderMap::with_capacity(upstream.len() + 3);
+    for (name, value) in upstream {
+        if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
+            continue;
+        }
+        let value = if detach_values {
+            detach(value)
+        } else {
+            value.clone()
+        };
+        out.append(name.clone(), value);
+    }
+    out
+}
+
+/// Copies of header values that share no memory with the connection's read buffer.
+///
+/// hyper hands out header values and small bodies as slices of the connection's read buffer;
+/// one kept for the life of a stream pins that whole buffer and makes the connection allocate
+/// another for its next read. A stream held open for minutes keeps only what it needs.
+pub(crate) fn detached(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        out.append(name.clone(), detach(value));
+    }
+    out
+}
+
+/// One header value, copied out of whatever buffer it shares (see [`detached`]).
+pub(crate) fn detach(value: &HeaderValue) -> HeaderValue {
+    let mut copy = HeaderValue::from_maybe_shared(Bytes::copy_from_slice(value.as_bytes()))
+        .unwrap_or_else(|_| value.clone());
+    copy.set_sensitive(value.is_sensitive());
+    copy
+}
+
+/// A request body that shares no memory with the connection's read buffer (see [`detached`]).
+/// Bodies larger than a read buffer were already gathered into their own allocation.
+pub(crate) fn detached_body(body: Bytes) -> Bytes {
+    if body.len() <= 64 << 10 {
+        Bytes::copy_from_slice(&body)
+    } else {
+        body
+    }
+}
+
+/// rebound's response headers (G6), and the name each has in [`final_figures`].
+const REBOUND_HEADERS: [(&str, &str); 3] = [
+    ("x-rebound-attempts", "attempts"),
+    ("x-rebound-candidate", "candidate"),
+    ("x-rebound-route-id", "route"),
+];
+
+/// `x-rebound-attempts`, `x-rebound-candidate` and `x-rebound-route-id` (G6).
+pub(super) fn rebound_headers(
+    headers: &mut HeaderMap,
+    attempts: u32,
+    candidate: &Candidate,
+    route: &Route,
+) {
+    let [attempts_name, candidate_name, route_name] = REBOUND_HEADERS.map(|(name, _)| name);
+    headers.insert(
+        HeaderName::from_static(attempts_name),
+        count_header(attempts),
+    );
+    headers.insert(
+        HeaderName::from_static(candidate_name),
+        candidate.id_header(),
+    );
+    headers.insert(HeaderName::from_static(route_name), route.id_header());
+}
+
+/// rebound's headers of the attempt that reached content, as an SSE comment: for a stream
+/// the countdown committed earlier, whose headers counted only the attempts made by then.
+/// `: rebound attempts=3 candidate=backup route=default`
+pub(super) fn final_figures(headers: &HeaderMap) -> Bytes {
+    let mut line = String::from(": rebound");
+    for (header, name) in REBOUND_HEADERS {
+        if let Some(value) = headers.get(header).and_then(|v| v.to_str().ok()) {
+            line.push(' ');
+            line.push_str(name);
+            line.push('=');
+            line.push_str(value);
+        }
+    }
+    line.push_str("\n\n");
+    Bytes::from(line)
+}
+
+const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+
+/// A count as a header value; the usual small ones without an allocation.
+fn count_header(n: u32) -> HeaderValue {
+    match count_text(n) {
+        Cow::Borrowed(digit) => HeaderValue::from_static(digit),
+        Cow::Owned(_) => HeaderValue::from(n),
+    }
+}
+
+/// A count as text; the usual small ones without an allocation.
+fn count_text(n: u32) -> Cow<'static, str> {
+    match DIGITS.get(n as usize) {
+        Some(digit) => Cow::Borrowed(digit),
+        None => Cow::Owned(n.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use http::{HeaderMap, HeaderValue};
+
+    fn inside(buffer: &Bytes, bytes: &[u8]) -> bool {
+        buffer.as_ptr_range().contains(&bytes.as_ptr())
+    }
+
+    #[test]
+    fn counts_read_the_same_in_headers_and_logs() {
+        for n in [0, 1, 9, 10, 12, 4_000_000_000] {
+            assert_eq!(super::count_header(n), n.to_string().as_str());
+            assert_eq!(super::count_text(n), n.to_string());
+        }
+    }
+
+    #[test]
+    fn detached_headers_and_small_bodies_share_nothing_with_the_read_buffer() {
+        let buffer = Bytes::from(b"x-api-key: secret-value\r\n{\"model\":\"m\"}".to_vec());
+        let mut headers = HeaderMap::new();
+        let mut value = HeaderValue::from_maybe_shared(buffer.slice(11..23)).unwrap();
+        value.set_sensitive(true);
+        headers.insert("x-api-key", value);
+        assert!(inside(&buffer, headers["x-api-key"].as_bytes()));
+
+        let copy = super::detached(&headers);
+        assert_eq!(copy["x-api-key"], "secret-value");
+        assert!(copy["x-api-key"].is_sensitive());
+        assert!(!inside(&buffer, copy["x-api-key"].as_bytes()));
+
+        let body = super::detached_body(buffer.slice(25..));
+        assert_eq!(&body[..], b"{\"model\":\"m\"}");
+        assert!(!inside(&buffer, &body));
+    }
+}

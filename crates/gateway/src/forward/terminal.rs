@@ -1,0 +1,96 @@
+//! The one terminal error of a request whose recovery stopped (G2, G4): before the commit
+//! point, one response shaped like the provider's own error; after it, the provider's own
+//! in-stream error event.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, header};
+use rebound_core::{Diagnostics, TransportKind};
+
+use super::LiveRequest;
+use super::downstream::{Downstream, Head};
+use super::headers::rebound_headers;
+use super::outcome::FailedAttempt;
+use crate::config::Candidate;
+use crate::shape;
+
+/// The one terminal error (G2, G4).
+pub(super) async fn terminal(
+    request: &LiveRequest,
+    down: &mut Downstream,
+    failed: FailedAttempt,
+    diagnostics: &Diagnostics,
+    candidate: &Candidate,
+    attempts: u32,
+) {
+    let protocol = request.protocol;
+    let class = diagnostics.class;
+    if down.committed() {
+        if !failed.detail.error_forwarded {
+            let kind = failed.evidence.sse_event.clone().unwrap_or_else(|| {
+                shape::kind_for(protocol, class, diagnostics.provider_status).to_owned()
+            });
+            let message = diagnostics
+                .error
+                .clone()
+                .unwrap_or_else(|| "rebound: the upstream stream failed".to_owned());
+            let _ = down
+                .send(shape::stream_error(
+                    protocol,
+                    &kind,
+                    &message,
+                    Some(diagnostics),
+                ))
+                .await;
+        }
+        return;
+    }
+    let (status, body) = match &failed.detail.upstream_error {
+        Some((status, body)) => (
+            *status,
+            shape::with_diagnostics(protocol, body, diagnostics),
+        ),
+        None => {
+            let status = match (
+                failed.evidence.sse_event.as_deref(),
+                failed.evidence.transport,
+            ) {
+                (Some("overloaded_error"), _) => 529,
+                (Some(kind), _) if kind.contains("rate_limit") => 429,
+                (
+                    _,
+                    Some(
+                        TransportKind::Timeout
+                        | TransportKind::IdleTimeout
+                        | TransportKind::ConnectTimeout,
+                    ),
+                ) => 504,
+                _ => 502,
+            };
+            let kind = failed
+                .evidence
+                .sse_event
+                .clone()
+                .unwrap_or_else(|| shape::kind_for(protocol, class, Some(status)).to_owned());
+            let message = diagnostics
+                .error
+                .clone()
+                .unwrap_or_else(|| "rebound: the upstream failed".to_owned());
+            let body = shape::error_body(protocol, &kind, &message, Some(diagnostics)).to_string();
+            (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+                Bytes::from(body),
+            )
+        }
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    rebound_headers(&mut headers, attempts, candidate, &request.route);
+    down.respond(Head {
+        status,
+        headers,
+        body: Some(body),
+    });
+}

@@ -1,0 +1,86 @@
+//! What every part of the gateway shares: the configuration, the upstream client, the recovery
+//! engine, the metrics, the log and the durable jobs. It lives beside the HTTP front, not in
+//! it, so that the front, the forwarder, the jobs and the model list all import it and none of
+//! them imports another.
+
+use std::sync::Arc;
+
+use rebound_core::Catalogue;
+use rebound_runtime::{Clock, Engine, HttpClient, Sleeper};
+
+use crate::config::Config;
+use crate::log::{LogSink, StderrLog};
+use crate::metrics::Metrics;
+
+/// Everything a request needs, shared.
+pub struct Gateway {
+    pub(crate) config: Config,
+    pub(crate) client: HttpClient,
+    pub(crate) engine: Engine,
+    pub(crate) metrics: Metrics,
+    pub(crate) log: Arc<dyn LogSink>,
+    pub(crate) jobs: Option<crate::jobs::Jobs>,
+}
+
+impl Gateway {
+    /// A gateway for `config`, logging to standard error, on the wall clock.
+    pub fn new(config: Config, client: HttpClient, catalogue: Arc<Catalogue>) -> Self {
+        Gateway {
+            config,
+            client,
+            engine: Engine::new(catalogue),
+            metrics: Metrics::default(),
+            log: Arc::new(StderrLog),
+            jobs: None,
+        }
+    }
+
+    /// Enables durable jobs (`/v1/rebound/jobs`), kept in `store`.
+    pub fn with_jobs(mut self, store: Arc<dyn rebound_store::JobStore>) -> Self {
+        self.jobs = Some(crate::jobs::Jobs::new(store));
+        self
+    }
+
+    /// Sends log lines to `log`.
+    pub fn with_log(mut self, log: Arc<dyn LogSink>) -> Self {
+        self.log = log;
+        self
+    }
+
+    /// Replaces the clock and the sleeper (virtual time in tests).
+    pub fn with_time(mut self, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
+        self.engine = self.engine.with_time(clock, sleeper);
+        self
+    }
+
+    /// Seeds the jitter draws.
+    pub fn with_jitter_seed(mut self, seed: u64) -> Self {
+        self.engine = self.engine.with_jitter_seed(seed);
+        self
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The metrics, as `/metrics` renders them.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render()
+    }
+
+    /// The catalogue failures are classified with.
+    pub(crate) fn catalogue(&self) -> &Arc<Catalogue> {
+        self.engine.catalogue()
+    }
+
+    /// The clock.
+    pub(crate) fn clock(&self) -> &dyn Clock {
+        self.engine.clock()
+    }
+
+    /// The one way to wait.
+    pub(crate) fn sleeper(&self) -> &dyn Sleeper {
+        self.engine.sleeper()
+    }
+}

@@ -1,0 +1,230 @@
+//! Reading a successful answer into one [`ModelResponse`]: a whole body, or a stream whose
+//! text goes to the caller as it comes (the commit point is its first content event).
+
+use http::StatusCode;
+use http::response::Parts;
+use http_body_util::BodyExt;
+use rebound_core::{Evidence, Phase, TransportKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::attempt::{RESPONSE_LIMIT, transport_evidence};
+use crate::event::{Event, EventSink};
+use crate::http::{ResponseBody, TransportFailure, read_whole};
+use crate::provider::{ModelResponse, Provider, StreamItem, ToolCall, stream_items};
+use crate::sse::SseFramer;
+
+/// How reading an answer ended.
+pub(crate) enum Read {
+    /// A complete, non-empty response.
+    Response(ModelResponse),
+    /// A broken, empty or failed answer; `delivered` when its text already reached the caller.
+    Failed {
+        /// What it left behind.
+        evidence: Evidence,
+        /// Text of it reached the caller.
+        delivered: bool,
+    },
+    /// The caller aborted.
+    Cancelled,
+}
+
+fn broken(provider: &Provider, kind: TransportKind, message: String, phase: Phase) -> Evidence {
+    transport_evidence(&provider.name, TransportFailure { kind, message }, phase)
+}
+
+/// Reads a non-streaming answer.
+pub(crate) async fn read_complete(
+    provider: &Provider,
+    parts: &Parts,
+    body: &mut ResponseBody,
+    idle: std::time::Duration,
+    message_id: &str,
+    cancel: &CancellationToken,
+) -> Read {
+    let bytes = match read_whole(body, RESPONSE_LIMIT, idle, cancel.cancelled()).await {
+        Ok(bytes) => bytes,
+        Err(None) => return Read::Cancelled,
+        Err(Some(failure)) => {
+            return Read::Failed {
+                evidence: transport_evidence(&provider.name, failure, Phase::Setup),
+                delivered: false,
+            };
+        }
+    };
+    match provider.parse_complete(&bytes) {
+        Some(mut response) if !response.is_empty() => {
+            response.message_id = message_id.to_owned();
+            Read::Response(response)
+        }
+        // An empty answer is evidence with an empty body (`empty_response`).
+        Some(_) => Read::Failed {
+            evidence: crate::attempt::response_evidence(
+                &provider.name,
+                parts.status,
+                &parts.headers,
+                b"",
+            ),
+            delivered: false,
+        },
+        // A body that is not the protocol's JSON is a broken answer.
+        None => Read::Failed {
+            evidence: broken(
+                provider,
+                TransportKind::BodyDecode,
+                format!(
+                    "a {} answer whose body is not the protocol's JSON ({} bytes)",
+                    parts.status.as_u16(),
+                    bytes.len()
+                ),
+                Phase::Setup,
+            ),
+            delivered: false,
+        },
+    }
+}
+
+/// Reads a stream, sending its text to `sink` as it comes.
+pub(crate) async fn read_stream(
+    provider: &Provider,
+    status: StatusCode,
+    body: &mut ResponseBody,
+    idle: std::time::Duration,
+    message_id: &str,
+    sink: &mut dyn EventSink,
+    cancel: &CancellationToken,
+) -> Read {
+    let mut stream = Stream {
+        provider,
+        status,
+        phase: Phase::Setup,
+        delivered: false,
+        response: ModelResponse {
+            message_id: message_id.to_owned(),
+            ..ModelResponse::default()
+        },
+    };
+    let mut framer = SseFramer::new();
+    loop {
+        let frame = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Read::Cancelled,
+            frame = tokio::time::timeout(idle, body.frame()) => frame,
+        };
+        let data = match frame {
+            Err(_) => {
+                let message = format!("no stream event for {} s", idle.as_secs_f64());
+                return stream.broken(TransportKind::IdleTimeout, message);
+            }
+            Ok(None) => {
+                let message = "the stream ended before its final event".to_owned();
+                return stream.broken(TransportKind::Truncated, message);
+            }
+            Ok(Some(Err(failure))) => return stream.broken(failure.kind, failure.message),
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+        };
+        let events = match framer.push(&data) {
+            Ok(events) => events,
+            Err(e) => return stream.broken(TransportKind::BodyDecode, e.to_string()),
+        };
+        for event in events {
+            for item in stream_items(provider.protocol, &event.event, &event.data) {
+                if let Some(read) = stream.item(item, &event.data, sink) {
+                    return read;
+                }
+            }
+        }
+    }
+}
+
+/// A stream being read.
+struct Stream<'a> {
+    provider: &'a Provider,
+    status: StatusCode,
+    phase: Phase,
+    delivered: bool,
+    response: ModelResponse,
+}
+
+impl Stream<'_> {
+    fn broken(&self, kind: TransportKind, message: String) -> Read {
+        Read::Failed {
+            evidence: broken(self.provider, kind, message, self.phase),
+            delivered: self.delivered,
+        }
+    }
+
+    /// One stream item; `Some` when it ends the attempt.
+    fn item(&mut self, item: StreamItem, data: &str, sink: &mut dyn EventSink) -> Option<Read> {
+        if item.is_content() {
+            self.phase = Phase::Stream;
+        }
+        match item {
+            StreamItem::Text(text) => {
+                if !text.is_empty() {
+                    self.delivered = true;
+                    self.response.text.push_str(&text);
+                    sink.emit(Event::Text {
+                        message_id: self.response.message_id.clone(),
+                        text,
+                    });
+                }
+            }
+            StreamItem::ToolCallStart { index, id, name } => {
+                let call = tool_call(&mut self.response.tool_calls, index);
+                call.id = id;
+                call.name = name;
+            }
+            StreamItem::ToolArguments { index, fragment } => {
+                tool_call(&mut self.response.tool_calls, index)
+                    .arguments
+                    .push_str(&fragment);
+            }
+            StreamItem::Stop(reason) => self.response.stop_reason = Some(reason),
+            StreamItem::Error { kind } => {
+                return Some(Read::Failed {
+                    evidence: Evidence {
+                        provider: Some(self.provider.name.clone()),
+                        status: Some(self.status.as_u16()),
+                        sse_event: Some(kind),
+                        body: Some(data.to_owned()),
+                        phase: self.phase,
+                        ..Evidence::default()
+                    },
+                    delivered: self.delivered,
+                });
+            }
+            StreamItem::Malformed => {
+                let message = "an SSE event's data is not the protocol's JSON".to_owned();
+                return Some(self.broken(TransportKind::BodyDecode, message));
+            }
+            StreamItem::Done => {
+                if self.response.is_empty() {
+                    return Some(Read::Failed {
+                        evidence: Evidence {
+                            provider: Some(self.provider.name.clone()),
+                            status: Some(self.status.as_u16()),
+                            body: Some(String::new()),
+                            phase: self.phase,
+                            ..Evidence::default()
+                        },
+                        delivered: self.delivered,
+                    });
+                }
+                return Some(Read::Response(std::mem::take(&mut self.response)));
+            }
+            StreamItem::Preamble => {}
+        }
+        None
+    }
+}
+
+fn tool_call(calls: &mut Vec<ToolCall>, index: usize) -> &mut ToolCall {
+    let index = index.min(63);
+    if calls.len() <= index {
+        calls.resize_with(index + 1, ToolCall::default);
+    }
+    &mut calls[index]
+}

@@ -1,0 +1,405 @@
+//! The recovery loop, written once (B6): attempt → evidence → classification → the turn's
+//! decision → wait, fall back or stop.
+//!
+//! Every host runs its requests through [`recover`]: the runtime's
+//! [`TurnDriver`](crate::TurnDriver), the gateway's live requests and its durable jobs. What
+//! differs between them is a small [`Host`]: how an attempt is sent and delivered, how a wait
+//! is spent (a countdown to a client, an event to a caller, a persisted deadline), what a
+//! decision leaves on record, and how the one terminal error reaches its consumer.
+//!
+//! This module is the only caller of [`Turn::on_failure`] (a clippy `disallowed-methods` rule
+//! keeps it so), and the only place that logs a decision: every host reports the same
+//! `tracing` events with the same fields, and observes the same [`Decision`] for its metrics.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rebound_core::backoff::Jitter;
+use rebound_core::{Action, Catalogue, Classification, Diagnostics, Failure, Turn, Wait};
+
+use crate::attempt::{Attempted, Failed};
+use crate::time::{Clock, Sleeper, SystemClock, TokioSleeper};
+
+/// What every recovery shares: the catalogue, the clock, the sleeper and the jitter source
+/// (T6: time and randomness are injected).
+pub struct Engine {
+    catalogue: Arc<Catalogue>,
+    clock: Arc<dyn Clock>,
+    sleeper: Arc<dyn Sleeper>,
+    rng: Mutex<fastrand::Rng>,
+}
+
+impl Engine {
+    /// An engine over `catalogue` on the wall clock and tokio's timer.
+    pub fn new(catalogue: Arc<Catalogue>) -> Self {
+        Engine {
+            catalogue,
+            clock: Arc::new(SystemClock),
+            sleeper: Arc::new(TokioSleeper),
+            rng: Mutex::new(fastrand::Rng::new()),
+        }
+    }
+
+    /// Replaces the clock and the sleeper (tests use [`VirtualTime`](crate::VirtualTime)).
+    pub fn with_time(mut self, clock: Arc<dyn Clock>, sleeper: Arc<dyn Sleeper>) -> Self {
+        self.clock = clock;
+        self.sleeper = sleeper;
+        self
+    }
+
+    /// Seeds the jitter draws, for reproducible waits.
+    pub fn with_jitter_seed(self, seed: u64) -> Self {
+        *self.rng.lock().unwrap_or_else(PoisonError::into_inner) = fastrand::Rng::with_seed(seed);
+        self
+    }
+
+    /// The catalogue failures are classified with.
+    pub fn catalogue(&self) -> &Arc<Catalogue> {
+        &self.catalogue
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    /// The one way to wait.
+    pub fn sleeper(&self) -> &dyn Sleeper {
+        self.sleeper.as_ref()
+    }
+
+    fn draw(&self) -> Jitter {
+        Jitter::new(
+            self.rng
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .f64(),
+        )
+    }
+}
+
+/// Whether the loop goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum Flow {
+    /// Go on.
+    Continue,
+    /// Stop here: whoever waited went away, or another owner took over.
+    End,
+}
+
+/// One failure, decided.
+#[derive(Debug)]
+pub struct Decision {
+    /// The route position of the candidate that failed.
+    pub candidate: usize,
+    /// The number of the attempt that failed, 1-based.
+    pub attempt: u32,
+    /// What the catalogue made of the evidence (C7: kept with the attempt).
+    pub classification: Classification,
+    /// What the turn decided.
+    pub action: Action,
+}
+
+impl Decision {
+    /// The class label (`rate_limit`, `transient` … or `unclassified`).
+    pub fn class(&self) -> &'static str {
+        self.classification.verdict.label()
+    }
+
+    /// The semantic code, or `-`.
+    pub fn code(&self) -> &str {
+        self.classification
+            .code
+            .as_ref()
+            .map_or("-", |c| c.as_str())
+    }
+}
+
+/// What a host is told after each step, for its metrics.
+#[derive(Debug)]
+pub enum Report<'a> {
+    /// Attempt `attempt` goes to route position `candidate`.
+    Attempting {
+        /// The route position.
+        candidate: usize,
+        /// The attempt's number, 1-based.
+        attempt: u32,
+    },
+    /// Attempt `attempt` to `candidate` succeeded; `recovered_from` is the class of the last
+    /// failure before it, if any.
+    Succeeded {
+        /// The route position that answered.
+        candidate: usize,
+        /// The attempt's number.
+        attempt: u32,
+        /// The class of the failure this success recovered from.
+        recovered_from: Option<&'static str>,
+    },
+    /// A failure was decided.
+    Decided(&'a Decision),
+    /// Whoever waited went away.
+    Ended,
+}
+
+/// How a recovery ended.
+#[derive(Debug)]
+pub enum Ending<S, R> {
+    /// The first success.
+    Succeeded(S),
+    /// Recovery stopped; the host delivered the one terminal error and answered `R`.
+    Stopped(R),
+    /// Whoever waited went away, or another owner took over.
+    Ended,
+}
+
+/// What differs between the hosts of the loop.
+#[expect(
+    async_fn_in_trait,
+    reason = "hosts are used by concrete type, so their futures keep their auto traits"
+)]
+pub trait Host {
+    /// A success.
+    type Success;
+    /// The host's own record of a failure (see [`Failed::detail`]).
+    type Detail;
+    /// What ending with the terminal error answers.
+    type Stopped;
+
+    /// The route's id, for the log.
+    fn route_id(&self) -> &str;
+
+    /// Route position `candidate`'s id, for the log.
+    fn candidate_id(&self, candidate: usize) -> &str;
+
+    /// The turn for the first failure of a request that had none (made late: most requests
+    /// succeed at once and never need one).
+    fn new_turn(&self) -> Turn;
+
+    /// Before each attempt: a host whose state lives elsewhere (a durable job) reloads it into
+    /// `turn` and records the attempt as possibly sent (P1). Live hosts have nothing to do.
+    async fn prepare(&mut self, turn: &mut Option<Turn>) -> Flow {
+        let _ = turn;
+        Flow::Continue
+    }
+
+    /// Sends attempt number `attempt` to route position `candidate` and delivers a success.
+    async fn attempt(
+        &mut self,
+        candidate: usize,
+        attempt: u32,
+    ) -> Attempted<Self::Success, Self::Detail>;
+
+    /// Puts a decision on record before it is carried out (P1). Live hosts have nothing to do.
+    async fn commit(
+        &mut self,
+        failed: &Failed<Self::Detail>,
+        decision: &Decision,
+        turn: &Turn,
+    ) -> Flow {
+        let _ = (failed, decision, turn);
+        Flow::Continue
+    }
+
+    /// Spends a wait before retrying the same candidate after the failed attempt number
+    /// `attempt` (T5: abortable).
+    async fn wait(&mut self, failed: &Failed<Self::Detail>, wait: &Wait, attempt: u32) -> Flow;
+
+    /// Before route position `next` takes over from the failed attempt number `attempt`.
+    async fn fall_back(
+        &mut self,
+        failed: &Failed<Self::Detail>,
+        next: usize,
+        attempt: u32,
+    ) -> Flow {
+        let _ = (failed, next, attempt);
+        Flow::Continue
+    }
+
+    /// Delivers the one terminal error (R4, G2, G4).
+    async fn stop(
+        &mut self,
+        failed: Failed<Self::Detail>,
+        diagnostics: Box<Diagnostics>,
+        attempt: u32,
+    ) -> Self::Stopped;
+
+    /// Observes each step, for metrics.
+    fn report(&self, report: Report<'_>) {
+        let _ = report;
+    }
+}
+
+/// Runs a request through its route until the first success, the one terminal error, or the
+/// end of whoever waited. `turn` holds the counters between requests of one logical turn
+/// (B3); `None` makes one at the first failure.
+pub async fn recover<H: Host>(
+    engine: &Engine,
+    host: &mut H,
+    turn: &mut Option<Turn>,
+) -> Ending<H::Success, H::Stopped> {
+    let mut recovered_from: Option<&'static str> = None;
+    loop {
+        if Box::pin(host.prepare(turn)).await == Flow::End {
+            host.report(Report::Ended);
+            return Ending::Ended;
+        }
+        let candidate = turn.as_ref().map_or(0, Turn::candidate);
+        let attempt = turn.as_ref().map_or(1, Turn::attempt);
+        host.report(Report::Attempting { candidate, attempt });
+        // Boxed, like every step below: a long stream's task then holds only the step it is
+        // in, not room for the largest one.
+        let failed = match Box::pin(host.attempt(candidate, attempt)).await {
+            Attempted::Succeeded(success) => {
+                if let Some(turn) = turn {
+                    turn.on_success();
+                }
+                succeeded(host, candidate, attempt, recovered_from);
+                return Ending::Succeeded(success);
+            }
+            Attempted::Ended => {
+                host.report(Report::Ended);
+                return Ending::Ended;
+            }
+            Attempted::Failed(failed) => failed,
+        };
+        let turn = turn.get_or_insert_with(|| host.new_turn());
+        // Boxed: a failure's evidence and decision stay off the task of a request that never
+        // fails, and of a long stream while it streams.
+        match Box::pin(after_failure(
+            engine, host, turn, failed, candidate, attempt,
+        ))
+        .await
+        {
+            Next::Attempt(class) => recovered_from = Some(class),
+            Next::Stopped(stopped) => return Ending::Stopped(stopped),
+            Next::Ended => return Ending::Ended,
+        }
+    }
+}
+
+/// What follows a decided failure.
+enum Next<R> {
+    /// Another attempt, after a failure of this class.
+    Attempt(&'static str),
+    /// The terminal error was delivered.
+    Stopped(R),
+    /// Whoever waited went away.
+    Ended,
+}
+
+/// Decides a failure, puts the decision on record, and carries it out.
+async fn after_failure<H: Host>(
+    engine: &Engine,
+    host: &mut H,
+    turn: &mut Turn,
+    failed: Failed<H::Detail>,
+    candidate: usize,
+    attempt: u32,
+) -> Next<H::Stopped> {
+    let decision = decide(engine, turn, &failed, candidate, attempt);
+    log_decision(host, &failed, &decision);
+    host.report(Report::Decided(&decision));
+    if host.commit(&failed, &decision, turn).await == Flow::End {
+        return Next::Ended;
+    }
+    let class = decision.class();
+    let flow = match decision.action {
+        Action::Retry(wait) => host.wait(&failed, &wait, attempt).await,
+        Action::Fallback { candidate, .. } => host.fall_back(&failed, candidate, attempt).await,
+        Action::Stop(diagnostics) => {
+            return Next::Stopped(host.stop(failed, diagnostics, attempt).await);
+        }
+    };
+    match flow {
+        Flow::Continue => Next::Attempt(class),
+        Flow::End => {
+            host.report(Report::Ended);
+            Next::Ended
+        }
+    }
+}
+
+/// Classifies the evidence and asks the turn: the one call of [`Turn::on_failure`].
+fn decide<D>(
+    engine: &Engine,
+    turn: &mut Turn,
+    failed: &Failed<D>,
+    candidate: usize,
+    attempt: u32,
+) -> Decision {
+    let now = engine.clock.now();
+    let classification = engine.catalogue.classify(&failed.evidence, now);
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the recovery loop is the one place a failure is decided"
+    )]
+    let action = turn.on_failure(
+        Failure {
+            evidence: &failed.evidence,
+            classification: &classification,
+            safety: failed.safety,
+        },
+        now,
+        engine.draw(),
+    );
+    Decision {
+        candidate,
+        attempt,
+        classification,
+        action,
+    }
+}
+
+fn succeeded<H: Host>(
+    host: &H,
+    candidate: usize,
+    attempt: u32,
+    recovered_from: Option<&'static str>,
+) {
+    tracing::info!(
+        route = host.route_id(),
+        candidate = host.candidate_id(candidate),
+        attempt,
+        outcome = "ok",
+    );
+    host.report(Report::Succeeded {
+        candidate,
+        attempt,
+        recovered_from,
+    });
+}
+
+/// One log event per decided failure (G6): codes, classes, rule ids, statuses and candidate
+/// ids, never headers or bodies.
+fn log_decision<H: Host>(host: &H, failed: &Failed<H::Detail>, decision: &Decision) {
+    let evidence = &failed.evidence;
+    let (action, delay_ms, next, reason) = match &decision.action {
+        Action::Retry(wait) => ("retry", Some(millis(wait.delay)), None, None),
+        Action::Fallback { candidate, .. } => {
+            ("fallback", None, Some(host.candidate_id(*candidate)), None)
+        }
+        Action::Stop(diagnostics) => ("stop", None, None, Some(diagnostics.reason.as_str())),
+    };
+    tracing::info!(
+        route = host.route_id(),
+        candidate = host.candidate_id(decision.candidate),
+        attempt = decision.attempt,
+        outcome = "failed",
+        phase = evidence.phase.as_str(),
+        status = evidence.status,
+        transport = evidence.transport.map(|t| t.as_str()),
+        sse_event = evidence.sse_event.as_deref(),
+        code = decision.code(),
+        class = decision.class(),
+        rule = decision.classification.rule_id.as_deref(),
+        action,
+        delay_ms,
+        next,
+        reason,
+    );
+}
+
+fn millis(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis()).unwrap_or(u64::MAX)
+}
