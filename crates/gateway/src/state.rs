@@ -9,6 +9,7 @@ use rebound_core::Catalogue;
 use rebound_runtime::{Clock, Engine, HttpClient, Sleeper};
 
 use crate::config::Config;
+use crate::jobs::ledger::Jobs;
 use crate::log::{LogSink, StderrLog};
 use crate::metrics::Metrics;
 
@@ -19,7 +20,7 @@ pub struct Gateway {
     pub(crate) engine: Engine,
     pub(crate) metrics: Metrics,
     pub(crate) log: Arc<dyn LogSink>,
-    pub(crate) jobs: Option<crate::jobs::Jobs>,
+    pub(crate) jobs: Option<Jobs>,
 }
 
 impl Gateway {
@@ -37,7 +38,7 @@ impl Gateway {
 
     /// Enables durable jobs (`/v1/rebound/jobs`), kept in `store`.
     pub fn with_jobs(mut self, store: Arc<dyn rebound_store::JobStore>) -> Self {
-        self.jobs = Some(crate::jobs::Jobs::new(store));
+        self.jobs = Some(Jobs::new(store));
         self
     }
 

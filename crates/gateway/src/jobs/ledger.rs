@@ -1,0 +1,129 @@
+//! The jobs' ledger: the store, and the wakers and event channels of running jobs. It knows
+//! nothing of the gateway around it, so the gateway's shared state can hold it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use rebound_store::{AttemptOp, JobRecord, JobState, JobStore, StoreError};
+use serde_json::Value;
+use tokio::sync::{Notify, broadcast};
+
+/// How many state changes a slow event follower may fall behind before it misses some.
+const EVENTS_BUFFERED: usize = 64;
+
+/// Jobs: the store, and the wakers and event channels of running jobs.
+pub struct Jobs {
+    store: Arc<dyn JobStore>,
+    wakers: Mutex<HashMap<String, Arc<Notify>>>,
+    events: Mutex<HashMap<String, broadcast::Sender<String>>>,
+}
+
+impl Jobs {
+    /// Jobs kept in `store`.
+    pub fn new(store: Arc<dyn JobStore>) -> Self {
+        Jobs {
+            store,
+            wakers: Mutex::default(),
+            events: Mutex::default(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn JobStore> {
+        &self.store
+    }
+
+    /// Runs store work on the blocking pool. SQLite waits for the disk on every commit
+    /// (`synchronous=FULL`), and the gateway's async thread meanwhile serves every live
+    /// request and stream: it must never wait for a disk.
+    pub(crate) async fn off_thread<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let store = Arc::clone(&self.store);
+        tokio::task::spawn_blocking(move || work(store.as_ref()))
+            .await
+            .unwrap_or_else(|e| Err(StoreError::Database(format!("a store call failed: {e}"))))
+    }
+
+    /// One job, read off the async thread.
+    pub(crate) async fn get(&self, id: &str) -> Result<JobRecord, StoreError> {
+        let id = id.to_owned();
+        self.off_thread(move |store| store.get(&id)).await
+    }
+
+    /// A fenced transition (P2) at `now`, committed off the async thread: `change` applies
+    /// only if the job is still at `expected_generation`, else [`StoreError::Stale`] and
+    /// nothing changed. The caller publishes the result ([`Jobs::publish`]).
+    pub(crate) async fn transition(
+        &self,
+        id: &str,
+        expected_generation: u64,
+        now: SystemTime,
+        mut change: impl FnMut(&mut JobRecord) -> Vec<AttemptOp> + Send + 'static,
+    ) -> Result<JobRecord, StoreError> {
+        let id = id.to_owned();
+        self.off_thread(move |store| store.transition(&id, expected_generation, now, &mut change))
+            .await
+    }
+
+    /// Moves `job` (at its generation) to `action_required` with `error`, the reason a human
+    /// must decide, and publishes it.
+    pub(crate) async fn require_action(
+        &self,
+        job: &JobRecord,
+        now: SystemTime,
+        error: Value,
+    ) -> Result<JobRecord, StoreError> {
+        let held = self
+            .transition(&job.id, job.generation, now, move |j| {
+                j.state = JobState::ActionRequired;
+                j.deadline = None;
+                j.error = Some(error.clone());
+                vec![]
+            })
+            .await?;
+        self.publish(&held);
+        Ok(held)
+    }
+
+    /// Tells whoever follows the job's events (`GET /v1/rebound/jobs/{id}/events`) its new
+    /// state. Call it after every committed transition.
+    pub(crate) fn publish(&self, job: &JobRecord) {
+        let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tx) = events.get(&job.id) {
+            let _ = tx.send(super::view::summary(job, None).to_string());
+        }
+    }
+
+    /// Follows the job's published states from now on.
+    pub(crate) fn subscribe(&self, id: &str) -> broadcast::Receiver<String> {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(id.to_owned())
+            .or_insert_with(|| broadcast::channel(EVENTS_BUFFERED).0)
+            .subscribe()
+    }
+
+    /// Drops the job's event channel if nobody follows it (a job that was not found).
+    pub(crate) fn unsubscribe_idle(&self, id: &str) {
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if events.get(id).is_some_and(|tx| tx.receiver_count() == 0) {
+            events.remove(id);
+        }
+    }
+
+    /// The job's waker: a manual action notifies it, so a driver waiting out the job's
+    /// deadline re-reads the job at once instead of sleeping on a stale plan.
+    pub(crate) fn waker(&self, id: &str) -> Arc<Notify> {
+        Arc::clone(
+            self.wakers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .entry(id.to_owned())
+                .or_default(),
+        )
+    }
+}
