@@ -78,6 +78,9 @@ impl Engine {
     }
 }
 
+/// The target of the loop's log events: one per attempt outcome.
+pub const LOG_TARGET: &str = "rebound::attempt";
+
 /// Whether the loop goes on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[must_use]
@@ -358,10 +361,11 @@ fn succeeded<H: Host>(
     recovered_from: Option<&'static str>,
 ) {
     tracing::info!(
-        route = host.route_id(),
-        candidate = host.candidate_id(candidate),
+        target: LOG_TARGET,
+        route = %host.route_id(),
+        candidate = %host.candidate_id(candidate),
         attempt,
-        outcome = "ok",
+        outcome = %"ok",
     );
     host.report(Report::Succeeded {
         candidate,
@@ -371,7 +375,7 @@ fn succeeded<H: Host>(
 }
 
 /// One log event per decided failure (G6): codes, classes, rule ids, statuses and candidate
-/// ids, never headers or bodies.
+/// ids, never headers or bodies. A request that ends in an error is a warning.
 fn log_decision<H: Host>(host: &H, failed: &Failed<H::Detail>, decision: &Decision) {
     let evidence = &failed.evidence;
     let (action, delay_ms, next, reason) = match &decision.action {
@@ -381,23 +385,33 @@ fn log_decision<H: Host>(host: &H, failed: &Failed<H::Detail>, decision: &Decisi
         }
         Action::Stop(diagnostics) => ("stop", None, None, Some(diagnostics.reason.as_str())),
     };
-    tracing::info!(
-        route = host.route_id(),
-        candidate = host.candidate_id(decision.candidate),
-        attempt = decision.attempt,
-        outcome = "failed",
-        phase = evidence.phase.as_str(),
-        status = evidence.status,
-        transport = evidence.transport.map(|t| t.as_str()),
-        sse_event = evidence.sse_event.as_deref(),
-        code = decision.code(),
-        class = decision.class(),
-        rule = decision.classification.rule_id.as_deref(),
-        action,
-        delay_ms,
-        next,
-        reason,
-    );
+    macro_rules! event {
+        ($level:ident) => {
+            tracing::$level!(
+                target: LOG_TARGET,
+                route = %host.route_id(),
+                candidate = %host.candidate_id(decision.candidate),
+                attempt = decision.attempt,
+                outcome = %"failed",
+                phase = %evidence.phase.as_str(),
+                status = evidence.status,
+                transport = evidence.transport.map(|t| display(t.as_str())),
+                sse_event = evidence.sse_event.as_deref().map(display),
+                code = %decision.code(),
+                class = %decision.class(),
+                rule = decision.classification.rule_id.as_deref().map(display),
+                action = %action,
+                delay_ms,
+                next = next.map(display),
+                reason = reason.map(display),
+            )
+        };
+    }
+    if reason.is_some() {
+        event!(warn);
+    } else {
+        event!(info);
+    }
 }
 
 fn millis(delay: Duration) -> u64 {
