@@ -12,7 +12,7 @@ use http::Request;
 use http_body_util::BodyExt;
 use rebound_chaos::{Chaos, ChaosConfig, parse_script};
 use rebound_core::Catalogue;
-use rebound_gateway::{Gateway, NoLog, Overrides, Server, load};
+use rebound_gateway::{Gateway, Overrides, Server, load};
 use rebound_runtime::{HttpClient, Timeouts};
 use tokio::sync::Semaphore;
 
@@ -107,8 +107,7 @@ candidates = ["chaos-openai", "chaos-anthropic"]
         config,
         HttpClient::new(Timeouts::default())?,
         Arc::new(Catalogue::shipped()?),
-    )
-    .with_log(Arc::new(NoLog));
+    );
     let server = Server::start(gateway, Some("127.0.0.1:0".parse()?)).await?;
     let addr = server.addr();
     say(&format!(

@@ -8,6 +8,7 @@ mod classify;
 mod demo;
 mod jobs;
 mod limits;
+mod log;
 mod serve;
 
 use std::io::Write;

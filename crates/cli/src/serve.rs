@@ -7,13 +7,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rebound_gateway::{
-    BatchedStderrLog, DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with,
-};
+use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
 use rebound_runtime::{HttpClient, Timeouts};
 use rebound_store::SqliteStore;
 
 use crate::bad_input;
+use crate::log::LogFormat;
 
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
@@ -38,9 +37,16 @@ pub(crate) struct ServeArgs {
     /// A folder of user rule files (*.toml) to add to the shipped catalogue.
     #[arg(long, value_name = "DIR")]
     catalogue: Option<PathBuf>,
+    /// How log lines are written to standard error: `text` (`key=value` fields) or `json`
+    /// (one object a line). REBOUND_LOG filters them, in RUST_LOG syntax (default
+    /// `warn,rebound=info`).
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
+    // Written until `run` returns, the last lines on the way out.
+    let _log = crate::log::install(args.log_format)?;
     let (name, text) = match &args.config {
         Some(path) => (
             path.display().to_string(),
@@ -70,15 +76,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
     );
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
-    // Log lines gather while the runtime has work and are written when it is about to wait:
-    // never on a response's path, and one write for many lines under load.
-    let log = Arc::new(BatchedStderrLog::default());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_park({
-            let log = Arc::clone(&log);
-            move || log.flush()
-        })
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
@@ -102,8 +101,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         let store = SqliteStore::open(&store_path)
             .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
-            .with_jobs(Arc::new(store))
-            .with_log(log.clone());
+            .with_jobs(Arc::new(store));
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;

@@ -16,8 +16,9 @@
 //! - [`body`]: reading `model`/`stream` and rewriting `model` without touching other bytes.
 //! - [`shape`]: errors shaped like each provider's own.
 //! - [`jobs`]: durable jobs: the jobs API and the driver that persists every decision.
-//! - [`metrics`], [`log`]: what happened, without secrets; `observe` counts what the
-//!   recovery loop reports, for live requests and jobs alike.
+//! - [`metrics`]: what happened, counted, without secrets; `observe` counts what the recovery
+//!   loop reports, for live requests and jobs alike. Events (one per attempt outcome) go
+//!   through `tracing`; the binary chooses where they are written.
 //!
 //! ## What it must never do
 //! Take an upstream URL from a request; forward a client's gateway key upstream; show a
@@ -30,7 +31,6 @@ pub mod config;
 pub mod forward;
 pub mod jobs;
 mod limit;
-pub mod log;
 pub mod metrics;
 pub mod models;
 mod observe;
@@ -43,6 +43,5 @@ pub mod state;
 pub use config::{
     Config, ConfigError, DEFAULT_CONFIG, Env, Overrides, ProcessEnv, load, load_with,
 };
-pub use log::{BatchedStderrLog, LogSink, MemoryLog, NoLog, StderrLog};
 pub use server::Server;
 pub use state::Gateway;

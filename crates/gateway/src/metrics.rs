@@ -1,189 +1,220 @@
-//! `/metrics` in Prometheus text format (G6): attempts, retries, recoveries, exhaustions and
-//! fallbacks by class and code, and a histogram of wait time.
+//! `/metrics` (G6): requests by protocol and outcome, attempts by candidate, retries,
+//! exhaustions and fallbacks by class and code, recoveries by class, and a histogram of the
+//! time waited before retries. The counters live in a `prometheus-client` registry and are
+//! rendered in its OpenMetrics text format.
+//!
+//! Every request counts at least an attempt and its end, so the counters are found without
+//! allocating: a label set seen before is a read lock and a comparison of a few short
+//! strings away from its counter.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{PoisonError, RwLock};
 use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// The content type of [`Metrics::render`]'s text: OpenMetrics 1.0, which Prometheus scrapes
+/// as it does its own text format.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Upper bounds of the wait histogram, in seconds.
 const WAIT_BUCKETS: [f64; 10] = [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 60.0];
 
-/// Counts one more for `key`, allocating only for a key never seen before.
-fn bump(map: &mut BTreeMap<String, u64>, key: &str) {
-    match map.get_mut(key) {
-        Some(n) => *n += 1,
-        None => {
-            map.insert(key.to_owned(), 1);
+/// A label value, escaped as the text format requires: prometheus-client writes values as it
+/// is given them, and a candidate id or a user rule's code may hold a quote.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct LabelValue(Box<str>);
+
+impl EncodeLabelValue for LabelValue {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> std::fmt::Result {
+        for c in self.0.chars() {
+            match c {
+                '\\' => encoder.write_str("\\\\")?,
+                '"' => encoder.write_str("\\\"")?,
+                '\n' => encoder.write_str("\\n")?,
+                c => encoder.write_char(c)?,
+            }
         }
+        Ok(())
     }
 }
 
-/// [`bump`] for a pair of labels (a handful of entries: a scan is cheaper than two Strings).
-fn bump_pair(map: &mut BTreeMap<(String, String), u64>, a: &str, b: &str) {
-    match map.iter_mut().find(|((x, y), _)| x == a && y == b) {
-        Some((_, n)) => *n += 1,
-        None => {
-            map.insert((a.to_owned(), b.to_owned()), 1);
+/// `N` labels, named in the order they are rendered.
+type Labels<const N: usize> = [(&'static str, LabelValue); N];
+
+/// A counter family whose counters are found by borrowed label values.
+///
+/// [`Family::get_or_create`] takes an owned label set, which would be `N` allocations on
+/// every request. The counters made so far are kept beside the family (a counter is a shared
+/// handle: both see the same count), and found under a read lock by comparing values; only a
+/// label set never seen before takes the write lock and allocates. Label sets are few (codes,
+/// classes, candidates, outcomes), so a scan beats hashing.
+#[derive(Debug)]
+struct Counters<const N: usize> {
+    names: [&'static str; N],
+    family: Family<Labels<N>, Counter>,
+    known: RwLock<Vec<(Labels<N>, Counter)>>,
+}
+
+impl<const N: usize> Counters<N> {
+    fn new(names: [&'static str; N]) -> Self {
+        Counters {
+            names,
+            family: Family::default(),
+            known: RwLock::new(Vec::new()),
         }
+    }
+
+    fn find<'a>(known: &'a [(Labels<N>, Counter)], values: &[&str; N]) -> Option<&'a Counter> {
+        known
+            .iter()
+            .find(|(labels, _)| {
+                labels
+                    .iter()
+                    .zip(values)
+                    .all(|((_, have), want)| &*have.0 == *want)
+            })
+            .map(|(_, counter)| counter)
+    }
+
+    /// Counts one more for `values` (in the order of the names).
+    fn inc(&self, values: [&str; N]) {
+        {
+            let known = self.known.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(counter) = Self::find(&known, &values) {
+                counter.inc();
+                return;
+            }
+        }
+        let mut known = self.known.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(counter) = Self::find(&known, &values) {
+            counter.inc();
+            return;
+        }
+        let labels: Labels<N> =
+            std::array::from_fn(|i| (self.names[i], LabelValue(values[i].into())));
+        let counter = self.family.get_or_create(&labels).clone();
+        counter.inc();
+        known.push((labels, counter));
     }
 }
 
-#[derive(Default)]
-struct Inner {
-    requests: BTreeMap<(String, String), u64>,
-    attempts: BTreeMap<String, u64>,
-    retries: BTreeMap<(String, String), u64>,
-    recoveries: BTreeMap<String, u64>,
-    exhaustions: BTreeMap<(String, String), u64>,
-    fallbacks: BTreeMap<(String, String), u64>,
-    wait_buckets: [u64; WAIT_BUCKETS.len()],
-    wait_count: u64,
-    wait_sum: f64,
+/// The gateway's counters. Labels are protocols, outcomes, candidate ids, classes and codes:
+/// never request data, so no key can reach them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Counters<2>,
+    attempts: Counters<1>,
+    retries: Counters<2>,
+    recoveries: Counters<1>,
+    exhaustions: Counters<2>,
+    fallbacks: Counters<2>,
+    wait: Histogram,
 }
 
-/// The gateway's counters. Labels are codes, classes, candidate ids and outcomes: never
-/// request data, so no key can reach them.
-#[derive(Default)]
-pub struct Metrics(Mutex<Inner>);
+impl Default for Metrics {
+    fn default() -> Self {
+        let requests = Counters::new(["protocol", "outcome"]);
+        let attempts = Counters::new(["candidate"]);
+        let retries = Counters::new(["class", "code"]);
+        let recoveries = Counters::new(["class"]);
+        let exhaustions = Counters::new(["class", "code"]);
+        let fallbacks = Counters::new(["class", "code"]);
+        let wait = Histogram::new(WAIT_BUCKETS);
+        let mut registry = Registry::default();
+        // Counters are registered without `_total`: the format adds it to their samples.
+        registry.register(
+            "rebound_requests",
+            "Client requests by protocol and outcome (ok, recovered, error, client_gone).",
+            requests.family.clone(),
+        );
+        registry.register(
+            "rebound_attempts",
+            "Upstream attempts by candidate.",
+            attempts.family.clone(),
+        );
+        registry.register(
+            "rebound_retries",
+            "Retries by class and code.",
+            retries.family.clone(),
+        );
+        registry.register(
+            "rebound_recoveries",
+            "Requests that succeeded after failures, by the class of the last failure.",
+            recoveries.family.clone(),
+        );
+        registry.register(
+            "rebound_exhaustions",
+            "Requests whose recovery stopped, by class and code.",
+            exhaustions.family.clone(),
+        );
+        registry.register(
+            "rebound_fallbacks",
+            "Fallbacks to the next candidate, by class and code.",
+            fallbacks.family.clone(),
+        );
+        registry.register_with_unit(
+            "rebound_wait",
+            "Time waited before retries.",
+            Unit::Seconds,
+            wait.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            attempts,
+            retries,
+            recoveries,
+            exhaustions,
+            fallbacks,
+            wait,
+        }
+    }
+}
 
 impl Metrics {
-    fn with(&self, f: impl FnOnce(&mut Inner)) {
-        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner));
-    }
-
-    /// A request ended (`protocol`, `outcome`: ok, recovered, error, aborted).
+    /// A request ended (`protocol`: openai, anthropic; `outcome`: ok, recovered, error,
+    /// client_gone).
     pub fn request(&self, protocol: &str, outcome: &str) {
-        self.with(|m| bump_pair(&mut m.requests, protocol, outcome));
+        self.requests.inc([protocol, outcome]);
     }
 
     /// An attempt was sent to `candidate`.
     pub fn attempt(&self, candidate: &str) {
-        self.with(|m| bump(&mut m.attempts, candidate));
+        self.attempts.inc([candidate]);
     }
 
     /// A retry of `class`/`code` after `wait`.
     pub fn retry(&self, class: &str, code: &str, wait: Duration) {
-        self.with(|m| {
-            bump_pair(&mut m.retries, class, code);
-            let secs = wait.as_secs_f64();
-            for (i, bound) in WAIT_BUCKETS.iter().enumerate() {
-                if secs <= *bound {
-                    m.wait_buckets[i] += 1;
-                }
-            }
-            m.wait_count += 1;
-            m.wait_sum += secs;
-        });
+        self.retries.inc([class, code]);
+        self.wait.observe(wait.as_secs_f64());
     }
 
     /// A request succeeded after failures of `class`.
     pub fn recovery(&self, class: &str) {
-        self.with(|m| bump(&mut m.recoveries, class));
+        self.recoveries.inc([class]);
     }
 
     /// Recovery stopped on `class`/`code`.
     pub fn exhaustion(&self, class: &str, code: &str) {
-        self.with(|m| bump_pair(&mut m.exhaustions, class, code));
+        self.exhaustions.inc([class, code]);
     }
 
     /// A fallback to the next candidate after `class`/`code`.
     pub fn fallback(&self, class: &str, code: &str) {
-        self.with(|m| bump_pair(&mut m.fallbacks, class, code));
+        self.fallbacks.inc([class, code]);
     }
 
-    /// The text exposition.
+    /// The OpenMetrics text exposition ([`CONTENT_TYPE`]).
     pub fn render(&self) -> String {
-        let m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut out = String::new();
-        let esc = |v: &str| {
-            v.replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n")
-        };
-        let mut family = |name: &str, help: &str, kind: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family(
-            "rebound_requests_total",
-            "Client requests by protocol and outcome.",
-            "counter",
-        );
-        for ((p, o), n) in &m.requests {
-            let _ = writeln!(
-                out,
-                "rebound_requests_total{{protocol=\"{}\",outcome=\"{}\"}} {n}",
-                esc(p),
-                esc(o)
-            );
-        }
-        let mut family = |name: &str, help: &str, kind: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family(
-            "rebound_attempts_total",
-            "Upstream attempts by candidate.",
-            "counter",
-        );
-        for (c, n) in &m.attempts {
-            let _ = writeln!(
-                out,
-                "rebound_attempts_total{{candidate=\"{}\"}} {n}",
-                esc(c)
-            );
-        }
-        for (name, help, map) in [
-            (
-                "rebound_retries_total",
-                "Retries by class and code.",
-                &m.retries,
-            ),
-            (
-                "rebound_exhaustions_total",
-                "Requests whose recovery stopped, by class and code.",
-                &m.exhaustions,
-            ),
-            (
-                "rebound_fallbacks_total",
-                "Fallbacks to the next candidate, by class and code.",
-                &m.fallbacks,
-            ),
-        ] {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-            for ((class, code), n) in map {
-                let _ = writeln!(
-                    out,
-                    "{name}{{class=\"{}\",code=\"{}\"}} {n}",
-                    esc(class),
-                    esc(code)
-                );
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rebound_recoveries_total Requests that succeeded after failures, by the class of the last failure.\n# TYPE rebound_recoveries_total counter"
-        );
-        for (class, n) in &m.recoveries {
-            let _ = writeln!(
-                out,
-                "rebound_recoveries_total{{class=\"{}\"}} {n}",
-                esc(class)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP rebound_wait_seconds Time waited before retries.\n# TYPE rebound_wait_seconds histogram"
-        );
-        for (bound, n) in WAIT_BUCKETS.iter().zip(m.wait_buckets) {
-            let _ = writeln!(out, "rebound_wait_seconds_bucket{{le=\"{bound}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "rebound_wait_seconds_bucket{{le=\"+Inf\"}} {}",
-            m.wait_count
-        );
-        let _ = writeln!(out, "rebound_wait_seconds_sum {}", m.wait_sum);
-        let _ = writeln!(out, "rebound_wait_seconds_count {}", m.wait_count);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
 }
@@ -196,20 +227,42 @@ mod tests {
     fn renders_counters_and_a_cumulative_histogram() {
         let m = Metrics::default();
         m.attempt("a");
+        m.attempt("a");
+        m.request("openai", "recovered");
         m.retry("transient", "bad_gateway", Duration::from_millis(1500));
         m.retry("rate_limit", "rate_limited", Duration::from_millis(50));
         m.exhaustion("transient", "bad_gateway");
+        m.fallback("rate_limit", "rate_limited");
+        m.recovery("transient");
+        let text = m.render();
+        for line in [
+            "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
+            "rebound_attempts_total{candidate=\"a\"} 2",
+            "rebound_retries_total{class=\"transient\",code=\"bad_gateway\"} 1",
+            "rebound_retries_total{class=\"rate_limit\",code=\"rate_limited\"} 1",
+            "rebound_exhaustions_total{class=\"transient\",code=\"bad_gateway\"} 1",
+            "rebound_fallbacks_total{class=\"rate_limit\",code=\"rate_limited\"} 1",
+            "rebound_recoveries_total{class=\"transient\"} 1",
+            "# TYPE rebound_wait_seconds histogram",
+            "rebound_wait_seconds_bucket{le=\"0.1\"} 1",
+            "rebound_wait_seconds_bucket{le=\"2.0\"} 2",
+            "rebound_wait_seconds_bucket{le=\"+Inf\"} 2",
+            "rebound_wait_seconds_sum 1.55",
+            "rebound_wait_seconds_count 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing {line}:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        let m = Metrics::default();
+        m.attempt("a\"b\\c\nd");
         let text = m.render();
         assert!(
-            text.contains("rebound_attempts_total{candidate=\"a\"} 1"),
+            text.contains(r#"rebound_attempts_total{candidate="a\"b\\c\nd"} 1"#),
             "{text}"
-        );
-        assert!(text.contains("rebound_retries_total{class=\"transient\",code=\"bad_gateway\"} 1"));
-        assert!(text.contains("rebound_wait_seconds_bucket{le=\"0.1\"} 1"));
-        assert!(text.contains("rebound_wait_seconds_bucket{le=\"2\"} 2"));
-        assert!(text.contains("rebound_wait_seconds_bucket{le=\"+Inf\"} 2"));
-        assert!(
-            text.contains("rebound_exhaustions_total{class=\"transient\",code=\"bad_gateway\"} 1")
         );
     }
 }

@@ -37,7 +37,7 @@ pub(crate) async fn handle(
         (&Method::GET, "/v1/models") => Ok(crate::models::models(&gateway).await),
         (&Method::GET, "/metrics") => Ok(full(
             StatusCode::OK,
-            "text/plain; version=0.0.4",
+            crate::metrics::CONTENT_TYPE,
             gateway.metrics.render(),
         )),
         (&Method::GET, "/healthz") => Ok(full(StatusCode::OK, "text/plain", "ok\n")),

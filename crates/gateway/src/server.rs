@@ -69,10 +69,7 @@ impl Server {
                     Err(e) => {
                         // Out of file descriptors (or a similar resource): accepting again at
                         // once would spin. Pause, and let closing connections free some.
-                        served.log.line(&crate::log::format_line(&[
-                            ("event", "accept_failed".into()),
-                            ("error", e.to_string()),
-                        ]));
+                        tracing::warn!(event = "accept_failed", error = %e);
                         tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
                         continue;
                     }

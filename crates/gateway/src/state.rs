@@ -1,5 +1,5 @@
 //! What every part of the gateway shares: the configuration, the upstream client, the recovery
-//! engine, the metrics, the log and the durable jobs. It lives beside the HTTP front, not in
+//! engine, the metrics and the durable jobs. It lives beside the HTTP front, not in
 //! it, so that the front, the forwarder, the jobs and the model list all import it and none of
 //! them imports another.
 
@@ -10,7 +10,6 @@ use rebound_runtime::{Clock, Engine, HttpClient, Sleeper};
 
 use crate::config::Config;
 use crate::jobs::ledger::Jobs;
-use crate::log::{LogSink, StderrLog};
 use crate::metrics::Metrics;
 
 /// Everything a request needs, shared.
@@ -19,19 +18,18 @@ pub struct Gateway {
     pub(crate) client: HttpClient,
     pub(crate) engine: Engine,
     pub(crate) metrics: Metrics,
-    pub(crate) log: Arc<dyn LogSink>,
     pub(crate) jobs: Option<Jobs>,
 }
 
 impl Gateway {
-    /// A gateway for `config`, logging to standard error, on the wall clock.
+    /// A gateway for `config`, on the wall clock. It logs through `tracing`: what it logs goes
+    /// wherever the process's subscriber sends it.
     pub fn new(config: Config, client: HttpClient, catalogue: Arc<Catalogue>) -> Self {
         Gateway {
             config,
             client,
             engine: Engine::new(catalogue),
             metrics: Metrics::default(),
-            log: Arc::new(StderrLog),
             jobs: None,
         }
     }
@@ -39,12 +37,6 @@ impl Gateway {
     /// Enables durable jobs (`/v1/rebound/jobs`), kept in `store`.
     pub fn with_jobs(mut self, store: Arc<dyn rebound_store::JobStore>) -> Self {
         self.jobs = Some(Jobs::new(store));
-        self
-    }
-
-    /// Sends log lines to `log`.
-    pub fn with_log(mut self, log: Arc<dyn LogSink>) -> Self {
-        self.log = log;
         self
     }
 

@@ -84,9 +84,33 @@ fn start(args: &[&str]) -> (std::process::Child, String) {
     (child, addr)
 }
 
+/// `child`'s standard error, line by line, as the lines come.
+fn stderr_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// A chat completion request, answered.
+fn complete(addr: &str) -> String {
+    let body = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    crate::http(
+        addr,
+        &format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
 #[test]
 fn served_requests_are_logged_while_the_gateway_runs() {
-    use std::io::BufRead;
     let (mut chaos, upstream) = start(&["chaos", "--listen", "127.0.0.1:0"]);
     let openai = format!("http://{upstream}/v1");
     let (mut serve, addr) = start(&[
@@ -96,28 +120,15 @@ fn served_requests_are_logged_while_the_gateway_runs() {
         "--openai-upstream",
         &openai,
     ]);
-    let body = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
-    let reply = crate::http(
-        &addr,
-        &format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        ),
-    );
+    let reply = complete(&addr);
     assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
-    // The line is written when the idle gateway waits for its next event, not at exit.
-    let stderr = std::io::BufReader::new(serve.stderr.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let line = rx
+    // The line is written while the gateway runs, not at exit.
+    let lines = stderr_lines(&mut serve);
+    let line = lines
         .recv_timeout(std::time::Duration::from_secs(5))
         .expect("a log line while the gateway runs");
     assert!(
-        line.contains("outcome=ok") && line.contains("attempt=1"),
+        line.contains(" INFO rebound::attempt: ") && line.ends_with(" attempt=1 outcome=ok"),
         "{line}"
     );
     assert!(
@@ -128,4 +139,74 @@ fn served_requests_are_logged_while_the_gateway_runs() {
         let _ = child.kill();
         let _ = child.wait();
     }
+}
+
+#[test]
+fn json_logs_are_one_object_a_line_with_the_fields_and_no_key() {
+    let key = "sk-proj-CliLogCanary0123456789abcdefghij";
+    let (mut chaos, upstream) = start(&[
+        "chaos",
+        "--listen",
+        "127.0.0.1:0",
+        "--script",
+        "default=502, ok",
+    ]);
+    let dir = std::env::temp_dir().join(format!("rebound-serve-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("rebound.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\n[policy.transient]\nretries = 3\ninitial_ms = 10\ncap_ms = 10\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"REBOUND_TEST_KEY\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["serve", "--log-format", "json", "--config"])
+        .arg(&config)
+        .env("REBOUND_TEST_KEY", key)
+        .env_remove("REBOUND_LOG")
+        .env("XDG_DATA_HOME", &dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = {
+        use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(serve.stdout.take().unwrap());
+        let mut first = String::new();
+        reader.read_line(&mut first).unwrap();
+        std::thread::spawn(move || for _ in reader.lines() {});
+        first.trim().rsplit(' ').next().unwrap().to_owned()
+    };
+    let reply = complete(&addr);
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    let lines = stderr_lines(&mut serve);
+    let mut events = Vec::new();
+    for _ in 0..2 {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("two log lines while the gateway runs");
+        assert!(!line.contains("CliLogCanary"), "the key leaked: {line}");
+        let event: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        events.push(event);
+    }
+    for (event, attempt, outcome) in [(&events[0], 1, "failed"), (&events[1], 2, "ok")] {
+        assert_eq!(event["level"], "INFO", "{event}");
+        assert_eq!(event["target"], "rebound::attempt", "{event}");
+        assert_eq!(event["route"], "r", "{event}");
+        assert_eq!(event["candidate"], "c", "{event}");
+        assert_eq!(event["attempt"], attempt, "{event}");
+        assert_eq!(event["outcome"], outcome, "{event}");
+    }
+    assert_eq!(events[0]["status"], 502, "{}", events[0]);
+    assert_eq!(events[0]["action"], "retry", "{}", events[0]);
+    assert_eq!(events[0]["class"], "transient", "{}", events[0]);
+    assert!(events[0]["delay_ms"].is_u64(), "{}", events[0]);
+    for child in [&mut serve, &mut chaos] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }

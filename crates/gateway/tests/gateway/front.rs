@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rebound_chaos::Chaos;
 use rebound_core::Catalogue;
-use rebound_gateway::{Gateway, MemoryLog, Overrides, Server, load};
+use rebound_gateway::{Gateway, Overrides, Server, load};
 use rebound_runtime::HttpClient;
 
 use crate::{CANARY, SIMPLE, anthropic_body, chaos, gateway, openai_body, send, timeouts};
@@ -146,8 +146,7 @@ async fn gateway_keys_guard_every_endpoint_and_never_travel_upstream() {
         config,
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
-    )
-    .with_log(Arc::new(MemoryLog::default()));
+    );
     let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
@@ -254,9 +253,12 @@ async fn metrics_count_attempts_retries_and_recoveries() {
     let chaos = chaos("502, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
     g.post("/v1/chat/completions", &openai_body(false)).await;
-    let metrics = send(g.server.addr(), "GET", "/metrics", &[], "")
-        .await
-        .text();
+    let reply = send(g.server.addr(), "GET", "/metrics", &[], "").await;
+    assert_eq!(
+        reply.headers[http::header::CONTENT_TYPE],
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    let metrics = reply.text();
     for line in [
         "rebound_attempts_total{candidate=\"oa\"} 2",
         "rebound_retries_total{class=\"transient\",code=\"upstream_error\"} 1",
@@ -264,15 +266,25 @@ async fn metrics_count_attempts_retries_and_recoveries() {
         "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
         "rebound_wait_seconds_count 1",
     ] {
-        assert!(metrics.contains(line), "missing {line}:\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line}:\n{metrics}"
+        );
     }
     let lines = g.log.lines();
     assert_eq!(lines.len(), 2, "one line per attempt outcome: {lines:?}");
     assert!(
-        lines[0].contains("action=retry") && lines[0].contains("code=upstream_error"),
+        lines[0].starts_with(
+            " INFO rebound::attempt: route=main candidate=oa attempt=1 outcome=failed phase="
+        ) && lines[0].contains(" status=502 ")
+            && lines[0].contains(" code=upstream_error class=transient ")
+            && lines[0].contains(" action=retry delay_ms="),
         "{lines:?}"
     );
-    assert!(lines[1].contains("outcome=ok"), "{lines:?}");
+    assert_eq!(
+        lines[1],
+        " INFO rebound::attempt: route=main candidate=oa attempt=2 outcome=ok"
+    );
 }
 
 #[tokio::test]

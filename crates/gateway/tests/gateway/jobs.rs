@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use rebound_chaos::{Chaos, ChaosConfig, parse_script};
 use rebound_core::Catalogue;
 use rebound_core::policy::document::PolicyDocument;
-use rebound_gateway::{Gateway, NoLog, Overrides, Server, load};
+use rebound_gateway::{Gateway, Overrides, Server, load};
 use rebound_runtime::{HttpClient, SystemClock, TokioSleeper, VirtualTime};
 use rebound_store::{
     AttemptOp, AttemptRecord, JobRecord, JobState, JobStore, NewJob, SqliteStore, StoreError,
@@ -67,7 +67,6 @@ async fn gateway_on(config: &str, store: Arc<dyn JobStore>, virtual_time: bool) 
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
     )
-    .with_log(Arc::new(NoLog))
     .with_jobs(store);
     if virtual_time {
         let time =
@@ -402,7 +401,6 @@ async fn a_key_the_upstream_echoes_never_reaches_a_job_record() {
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
     )
-    .with_log(Arc::new(NoLog))
     .with_jobs(store.clone());
     let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await

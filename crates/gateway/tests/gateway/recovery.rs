@@ -335,8 +335,7 @@ async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
         config,
         rebound_runtime::HttpClient::new(crate::timeouts()).unwrap(),
         std::sync::Arc::new(rebound_core::Catalogue::shipped().unwrap()),
-    )
-    .with_log(std::sync::Arc::new(rebound_gateway::NoLog));
+    );
     let server = rebound_gateway::Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use rebound_chaos::{Chaos, ChaosConfig};
 use rebound_core::Catalogue;
-use rebound_gateway::{Gateway, NoLog, Overrides, Server, load};
+use rebound_gateway::{Gateway, Overrides, Server, load};
 use rebound_runtime::{HttpClient, Sleeper, SystemClock};
 use serde_json::Value;
 
@@ -148,7 +148,6 @@ async fn soak() {
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
     )
-    .with_log(Arc::new(NoLog))
     .with_time(Arc::new(SystemClock), Arc::new(measured.clone()));
     let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await
