@@ -641,3 +641,46 @@ async fn a_refused_manual_action_moves_no_generation_on() {
     );
     assert_eq!(store.get(&id).unwrap().generation, generation);
 }
+
+/// G6: a job's attempts are counted and logged by the same loop as a live request's, so
+/// `/metrics` and the log tell the same story for both.
+#[tokio::test]
+async fn a_job_is_counted_and_logged_like_a_live_request() {
+    let log = crate::Logs::capture();
+    let first = upstream("502, ok").await;
+    let second = upstream("ok").await;
+    let (server, _) = gateway(&two_candidates(&first, &second), true).await;
+    let id = submit(&server).await;
+    until(&server, &id, "succeeded").await;
+    let metrics = send(server.addr(), "GET", "/metrics", &[], "").await.text();
+    for line in [
+        "rebound_attempts_total{candidate=\"first\"} 2",
+        "rebound_retries_total{class=\"transient\",code=\"upstream_error\"} 1",
+        "rebound_recoveries_total{class=\"transient\"} 1",
+        "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
+        "rebound_wait_seconds_count 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line}:\n{metrics}"
+        );
+    }
+    let lines: Vec<String> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("rebound::attempt"))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per attempt outcome: {lines:?}");
+    assert!(
+        lines[0].starts_with(
+            " INFO rebound::attempt: route=jobs candidate=first attempt=1 outcome=failed phase="
+        ) && lines[0].contains(" status=502 ")
+            && lines[0].contains(" code=upstream_error class=transient ")
+            && lines[0].contains(" action=retry delay_ms="),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[1],
+        " INFO rebound::attempt: route=jobs candidate=first attempt=2 outcome=ok"
+    );
+}
