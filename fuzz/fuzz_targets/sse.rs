@@ -1,9 +1,9 @@
-//! SSE framing and both protocols' stream items (the commit-point detection), fed in two
+//! SSE framing and every API's stream items (the commit-point detection), fed in two
 //! pieces split anywhere.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use rebound_runtime::Protocol;
+use rebound_runtime::Api;
 use rebound_runtime::provider::stream_items;
 use rebound_runtime::sse::SseFramer;
 
@@ -16,8 +16,8 @@ fuzz_target!(|data: &[u8]| {
         for event in events {
             assert!(event.end >= last_end && event.end <= data.len() as u64);
             last_end = event.end;
-            for protocol in [Protocol::OpenAi, Protocol::Anthropic] {
-                for item in stream_items(protocol, &event.event, &event.data) {
+            for api in [Api::ChatCompletions, Api::Responses, Api::Messages] {
+                for item in stream_items(api, &event.event, &event.data) {
                     let _ = item.is_content();
                 }
             }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use rebound_runtime::Protocol;
+use rebound_runtime::{Api, Protocol};
 
 use crate::auth::authorized;
 use crate::forward;
@@ -31,9 +31,10 @@ pub(crate) async fn handle(
         ));
     }
     match (req.method(), req.uri().path()) {
-        (&Method::POST, "/v1/chat/completions" | "/v1/messages") => {
-            Ok(forward::accept(gateway, protocol, req).await)
+        (&Method::POST, "/v1/chat/completions") => {
+            Ok(forward::accept(gateway, Api::ChatCompletions, req).await)
         }
+        (&Method::POST, "/v1/messages") => Ok(forward::accept(gateway, Api::Messages, req).await),
         (&Method::GET, "/v1/models") => Ok(crate::models::models(&gateway).await),
         (&Method::GET, "/metrics") => Ok(full(
             StatusCode::OK,

@@ -80,6 +80,6 @@ pub use attempt::{Attempted, Failed};
 pub use driver::{Runtime, TurnDriver, TurnError};
 pub use event::{Event, EventSink, Outcome};
 pub use http::{HttpClient, Timeouts};
-pub use provider::{ModelResponse, Protocol, Provider, ToolCall};
+pub use provider::{Api, ModelResponse, Protocol, Provider, ToolCall};
 pub use recovery::{Decision, Ending, Engine, Flow, Host, Report, recover};
 pub use time::{Clock, Sleeper, SystemClock, TokioSleeper, VirtualTime};

@@ -30,6 +30,55 @@ impl Protocol {
     }
 }
 
+/// The API a request is made in: a provider of a protocol serves one or more of them, each at
+/// its own path with its own stream events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// OpenAI Chat Completions (`{base}/chat/completions`).
+    ChatCompletions,
+    /// The OpenAI Responses API (`{base}/responses`).
+    Responses,
+    /// Anthropic Messages (`{base}/v1/messages`).
+    Messages,
+}
+
+impl Api {
+    /// The protocol whose providers serve it.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Api::ChatCompletions | Api::Responses => Protocol::OpenAi,
+            Api::Messages => Protocol::Anthropic,
+        }
+    }
+
+    /// The protocol's first API, the one its providers always serve.
+    pub fn native(protocol: Protocol) -> Api {
+        match protocol {
+            Protocol::OpenAi => Api::ChatCompletions,
+            Protocol::Anthropic => Api::Messages,
+        }
+    }
+
+    /// Its path below a provider's base URL as the official SDKs take it.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "/chat/completions",
+            Api::Responses => "/responses",
+            Api::Messages => "/v1/messages",
+        }
+    }
+
+    /// The name, as in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::ChatCompletions => "chat_completions",
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+        }
+    }
+}
+
 /// One candidate's endpoint.
 #[derive(Clone)]
 pub struct Provider {
@@ -237,9 +286,9 @@ impl StreamItem {
     }
 }
 
-/// Reads one SSE event of a protocol's stream into items.
-pub fn stream_items(protocol: Protocol, event: &str, data: &str) -> Vec<StreamItem> {
-    if protocol == Protocol::OpenAi && data.trim() == "[DONE]" {
+/// Reads one SSE event of an API's stream into items.
+pub fn stream_items(api: Api, event: &str, data: &str) -> Vec<StreamItem> {
+    if api == Api::ChatCompletions && data.trim() == "[DONE]" {
         return vec![StreamItem::Done];
     }
     let Ok(value) = serde_json::from_str::<Value>(data) else {
@@ -254,9 +303,11 @@ pub fn stream_items(protocol: Protocol, event: &str, data: &str) -> Vec<StreamIt
             .to_owned();
         return vec![StreamItem::Error { kind }];
     }
-    match protocol {
-        Protocol::OpenAi => openai_items(&value),
-        Protocol::Anthropic => {
+    match api {
+        Api::ChatCompletions => openai_items(&value),
+        // Read by the Responses API's own reader once it is served.
+        Api::Responses => vec![StreamItem::Preamble],
+        Api::Messages => {
             let kind = if event.is_empty() {
                 value
                     .get("type")
@@ -371,19 +422,19 @@ mod tests {
     fn openai_role_chunk_is_preamble_and_content_commits() {
         let role = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
         assert_eq!(
-            stream_items(Protocol::OpenAi, "", role),
+            stream_items(Api::ChatCompletions, "", role),
             vec![StreamItem::Preamble]
         );
         let text = r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
-        let items = stream_items(Protocol::OpenAi, "", text);
+        let items = stream_items(Api::ChatCompletions, "", text);
         assert!(items[0].is_content());
         assert_eq!(
-            stream_items(Protocol::OpenAi, "", "[DONE]"),
+            stream_items(Api::ChatCompletions, "", "[DONE]"),
             vec![StreamItem::Done]
         );
         let err = r#"{"error":{"message":"boom","type":"server_error"}}"#;
         assert_eq!(
-            stream_items(Protocol::OpenAi, "", err),
+            stream_items(Api::ChatCompletions, "", err),
             vec![StreamItem::Error {
                 kind: "server_error".into()
             }]
@@ -404,20 +455,20 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                stream_items(Protocol::Anthropic, event, data),
+                stream_items(Api::Messages, event, data),
                 vec![StreamItem::Preamble],
                 "{event}"
             );
         }
         let err = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert_eq!(
-            stream_items(Protocol::Anthropic, "error", err),
+            stream_items(Api::Messages, "error", err),
             vec![StreamItem::Error {
                 kind: "overloaded_error".into()
             }]
         );
         assert_eq!(
-            stream_items(Protocol::Anthropic, "", "{not json"),
+            stream_items(Api::Messages, "", "{not json"),
             vec![StreamItem::Malformed]
         );
     }

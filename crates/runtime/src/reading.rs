@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::attempt::{RESPONSE_LIMIT, transport_evidence};
 use crate::event::{Event, EventSink};
 use crate::http::{ResponseBody, TransportFailure, read_whole};
-use crate::provider::{ModelResponse, Provider, StreamItem, ToolCall, stream_items};
+use crate::provider::{Api, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
 
 /// How reading an answer ended.
@@ -130,7 +130,7 @@ pub(crate) async fn read_stream(
             Err(e) => return stream.broken(TransportKind::BodyDecode, e.to_string()),
         };
         for event in events {
-            for item in stream_items(provider.protocol, &event.event, &event.data) {
+            for item in stream_items(Api::native(provider.protocol), &event.event, &event.data) {
                 if let Some(read) = stream.item(item, &event.data, sink) {
                     return read;
                 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use http::{HeaderName, HeaderValue, Uri};
 use rebound_core::Policy;
-use rebound_runtime::Protocol;
+use rebound_runtime::{Api, Protocol};
 
 /// One upstream that can serve a request.
 #[derive(Clone)]
@@ -30,6 +30,8 @@ pub struct Candidate {
     /// Its per-class policy (D1).
     pub policy: Arc<Policy>,
     endpoint: Uri,
+    /// The Responses API's endpoint, for an OpenAI candidate.
+    responses_endpoint: Option<Uri>,
     /// `Host` for HTTP/1.1 (HTTP/2 names the authority in the request itself).
     host: Option<HeaderValue>,
     id_header: HeaderValue,
@@ -86,13 +88,17 @@ impl Candidate {
         {
             return Err(bad_id());
         }
-        let endpoint = match protocol {
-            Protocol::OpenAi => format!("{base_url}/chat/completions"),
-            Protocol::Anthropic => format!("{base_url}/v1/messages"),
+        let parse = |api: Api| {
+            let endpoint = format!("{base_url}{}", api.path());
+            endpoint
+                .parse::<Uri>()
+                .map_err(|e| ("base_url", format!("`{endpoint}` is not a valid URL: {e}")))
         };
-        let endpoint = endpoint
-            .parse::<Uri>()
-            .map_err(|e| ("base_url", format!("`{endpoint}` is not a valid URL: {e}")))?;
+        let endpoint = parse(Api::native(protocol))?;
+        let responses_endpoint = match protocol {
+            Protocol::OpenAi => Some(parse(Api::Responses)?),
+            Protocol::Anthropic => None,
+        };
         let default_port = if endpoint.scheme_str() == Some("https") {
             443
         } else {
@@ -139,15 +145,26 @@ impl Candidate {
             http2,
             policy,
             endpoint,
+            responses_endpoint,
             host,
             id_header,
             credential,
         })
     }
 
-    /// The model endpoint: `{base}/chat/completions` or `{base}/v1/messages`.
+    /// The model endpoint of its protocol's native API: `{base}/chat/completions` or
+    /// `{base}/v1/messages`.
     pub fn endpoint(&self) -> Uri {
         self.endpoint.clone()
+    }
+
+    /// The endpoint of `api`, when this candidate's protocol serves it.
+    pub fn endpoint_for(&self, api: Api) -> Option<Uri> {
+        match api {
+            Api::Responses => self.responses_endpoint.clone(),
+            _ if api.protocol() == self.protocol => Some(self.endpoint.clone()),
+            _ => None,
+        }
     }
 
     /// Its id, as the `x-rebound-candidate` header value.

@@ -161,7 +161,7 @@ impl Host for LiveHost {
     fn report(&self, report: Report<'_>) {
         crate::observe::count(
             &self.request.gateway.metrics,
-            self.request.protocol.as_str(),
+            self.request.api.protocol().as_str(),
             |c| self.candidate_id(c),
             &report,
         );

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use rebound_runtime::{Protocol, recover};
+use rebound_runtime::{Api, Protocol, recover};
 use tokio::sync::oneshot;
 
 pub(crate) use downstream::Head;
@@ -41,7 +41,8 @@ pub const RESTART_EVENT: &str = "rebound_restart";
 /// One client request, as the forwarder keeps it while it runs.
 pub(crate) struct LiveRequest {
     pub(crate) gateway: Arc<Gateway>,
-    pub(crate) protocol: Protocol,
+    /// The API the client called.
+    pub(crate) api: Api,
     pub(crate) route: Arc<Route>,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
@@ -54,9 +55,10 @@ pub(crate) struct LiveRequest {
 /// picks its route, and answers with what the forwarder sends.
 pub(crate) async fn accept(
     gateway: Arc<Gateway>,
-    protocol: Protocol,
+    api: Api,
     req: Request<Incoming>,
 ) -> Response<Body> {
+    let protocol = api.protocol();
     let limit = gateway.config.body_limit;
     let too_large = || {
         error(
@@ -140,7 +142,7 @@ pub(crate) async fn accept(
     };
     let request = LiveRequest {
         gateway,
-        protocol,
+        api,
         route,
         // A stream keeps its request for minutes: detached from the connection's read buffer
         // (the head, its URI included, is dropped at once).
@@ -215,7 +217,7 @@ mod tests {
         let candidate = Arc::clone(&route.candidates[0]);
         let request = || super::LiveRequest {
             gateway: Arc::clone(&gateway),
-            protocol: rebound_runtime::Protocol::OpenAi,
+            api: rebound_runtime::Api::ChatCompletions,
             route: route.clone(),
             headers: HeaderMap::new(),
             body: Bytes::new(),

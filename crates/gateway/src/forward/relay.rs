@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use rebound_core::{Evidence, Phase, TransportKind};
-use rebound_runtime::Protocol;
+use rebound_runtime::Api;
 use rebound_runtime::http::{ResponseBody, TransportFailure};
 use rebound_runtime::provider::{StreamItem, stream_items};
 use rebound_runtime::sse::{SseEvent, SseFramer};
@@ -85,7 +85,7 @@ pub(super) async fn relay(
 
 /// A stream's relay state.
 pub(super) struct Relay {
-    protocol: Protocol,
+    api: Api,
     restart: bool,
     status: StatusCode,
     /// The response headers, until the commit point sends them.
@@ -112,7 +112,7 @@ struct Step {
 
 impl Relay {
     pub(super) fn new(
-        protocol: Protocol,
+        api: Api,
         restart: bool,
         status: StatusCode,
         mut headers: HeaderMap,
@@ -120,7 +120,7 @@ impl Relay {
     ) -> Self {
         headers.remove(http::header::CONTENT_LENGTH);
         Relay {
-            protocol,
+            api,
             restart,
             status,
             headers: Some(headers),
@@ -186,7 +186,7 @@ impl Relay {
         let mut forward_to: Option<u64> = None;
         let mut done = false;
         for event in events {
-            for item in stream_items(self.protocol, &event.event, &event.data) {
+            for item in stream_items(self.api, &event.event, &event.data) {
                 if item.is_content() && !self.content_seen {
                     self.content_seen = true;
                     step.commit = self.headers.take();

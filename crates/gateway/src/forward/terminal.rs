@@ -22,7 +22,7 @@ pub(super) async fn terminal(
     candidate: &Candidate,
     attempts: u32,
 ) {
-    let protocol = request.protocol;
+    let protocol = request.api.protocol();
     let class = diagnostics.class;
     if down.committed() {
         if !failed.detail.error_forwarded {

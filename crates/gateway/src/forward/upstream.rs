@@ -24,7 +24,11 @@ fn upstream_request(
     request: &LiveRequest,
     candidate: &Candidate,
 ) -> Result<Request<Bytes>, http::Error> {
-    let mut upstream = Request::post(candidate.endpoint())
+    // The route holds only candidates of the API's protocol, and each serves its APIs.
+    let endpoint = candidate
+        .endpoint_for(request.api)
+        .unwrap_or_else(|| candidate.endpoint());
+    let mut upstream = Request::post(endpoint)
         .version(candidate.version())
         .body(candidate.body_for(&request.body))?;
     let strip_auth = candidate.api_key.is_some() || !request.gateway.config.gateway_keys.is_empty();
@@ -140,7 +144,7 @@ pub(super) async fn attempt(
         };
     }
     let relay_state = Relay::new(
-        request.protocol,
+        request.api,
         request.restart,
         status,
         headers,
