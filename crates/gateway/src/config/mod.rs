@@ -426,18 +426,23 @@ pub fn load_with(
     })
 }
 
-/// `$XDG_DATA_HOME/rebound/routes.db`, else `~/.local/share/rebound/routes.db`, else
-/// `rebound-routes.db` in the working directory.
+/// `$XDG_DATA_HOME/rebound/jobs.db`, else `~/.local/share/rebound/jobs.db`, else
+/// `rebound-jobs.db` in the working directory. An installation from before jobs had their
+/// name keeps its file: where `jobs.db` does not exist and `routes.db` does, that one.
 fn default_store_path(env: &dyn Env) -> std::path::PathBuf {
-    if let Some(data) = env.var("XDG_DATA_HOME") {
-        return std::path::Path::new(&data)
-            .join("rebound")
-            .join("routes.db");
+    let dir = if let Some(data) = env.var("XDG_DATA_HOME") {
+        std::path::Path::new(&data).join("rebound")
+    } else if let Some(home) = env.var("HOME") {
+        std::path::Path::new(&home).join(".local/share/rebound")
+    } else {
+        return std::path::PathBuf::from("rebound-jobs.db");
+    };
+    let (jobs, routes) = (dir.join("jobs.db"), dir.join("routes.db"));
+    if !jobs.exists() && routes.exists() {
+        routes
+    } else {
+        jobs
     }
-    if let Some(home) = env.var("HOME") {
-        return std::path::Path::new(&home).join(".local/share/rebound/routes.db");
-    }
-    std::path::PathBuf::from("rebound-routes.db")
 }
 
 fn one_line(text: &str) -> String {

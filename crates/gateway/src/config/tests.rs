@@ -307,3 +307,25 @@ fn the_host_header_is_made_once_as_the_client_would() {
         assert_eq!(made.as_ref().map(|h| h.to_str().unwrap()), host, "{base}");
     }
 }
+
+/// One name for durable state: a new installation keeps its jobs in `jobs.db`; one whose jobs
+/// file still has the old name keeps using it rather than starting empty.
+#[test]
+fn the_default_jobs_file_is_jobs_db_unless_an_older_routes_db_is_there() {
+    struct Data(String);
+    impl Env for Data {
+        fn var(&self, name: &str) -> Option<String> {
+            (name == "XDG_DATA_HOME").then(|| self.0.clone())
+        }
+    }
+    let data = std::env::temp_dir().join(format!("rebound-store-path-{}", std::process::id()));
+    let dir = data.join("rebound");
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = Data(data.to_str().unwrap().to_owned());
+    assert_eq!(default_store_path(&env), dir.join("jobs.db"));
+    std::fs::write(dir.join("routes.db"), b"").unwrap();
+    assert_eq!(default_store_path(&env), dir.join("routes.db"));
+    std::fs::write(dir.join("jobs.db"), b"").unwrap();
+    assert_eq!(default_store_path(&env), dir.join("jobs.db"));
+    std::fs::remove_dir_all(&data).unwrap();
+}
