@@ -1,4 +1,4 @@
-//! A response body, from either client: rebound's own HTTP/1.1 one or hyper's HTTP/2 one.
+//! A response body, from either client: the HTTP/1.1 connections or hyper's pooled HTTP/2 client.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -38,9 +38,7 @@ impl Body for ResponseBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, TransportFailure>>> {
         match &mut self.get_mut().0 {
-            Inner::H1(body) => body
-                .poll_data(cx)
-                .map(|piece| piece.map(|result| result.map(Frame::data))),
+            Inner::H1(body) => body.poll_frame(cx),
             Inner::H2(body) => Pin::new(body)
                 .poll_frame(cx)
                 .map(|frame| frame.map(|result| result.map_err(|e| super::body_failure(&e)))),

@@ -1,10 +1,10 @@
 //! The one HTTP client under rebound: rustls, connection pooling, timeouts, and no retries of
 //! its own (B5).
 //!
-//! HTTP/1.1 goes through rebound's own client ([`h1`]): the task that sends a request writes
-//! it and reads the answer itself, on a pooled connection, and a failed exchange is reported,
-//! never re-sent. A reused connection that the peer closed just before the request fails the
-//! attempt like any other reset; the runtime decides what follows.
+//! HTTP/1.1 goes through hyper's connection-level client ([`h1`]), driven by the task that
+//! sends the request, on a pooled connection; a failed exchange is reported, never re-sent. A
+//! reused connection that the peer closed just before the request fails the attempt like any
+//! other reset; the runtime decides what follows.
 //!
 //! Requests that ask for HTTP/2 (`Version::HTTP_2`) go through hyper's pooled client, with
 //! its re-sending of requests on closed connections (`retry_canceled_requests`) switched off.
@@ -13,7 +13,7 @@
 //! concurrent request, so open streams cost a stream each rather than a connection each.
 
 mod body;
-pub mod h1;
+mod h1;
 
 use std::error::Error as StdError;
 use std::time::Duration;
@@ -235,17 +235,23 @@ fn classify_client_error(e: &hyper_util::client::legacy::Error) -> TransportFail
     TransportFailure { kind, message }
 }
 
-/// The kind of a failure while reading a response body.
+/// The kind of a failure while reading a response body: a body that broke off is
+/// `truncated`, one whose framing is broken (a bad chunk) is `body_decode`.
 fn body_failure(e: &hyper::Error) -> TransportFailure {
+    use std::io::ErrorKind;
     let message = error_chain(e);
-    let kind = if e.is_incomplete_message() || io_kind(e).is_some() || e.is_body_write_aborted() {
-        TransportKind::Truncated
-    } else if e.is_timeout() {
-        TransportKind::IdleTimeout
-    } else if e.is_parse() {
-        TransportKind::BodyDecode
-    } else {
-        TransportKind::Truncated
+    let kind = match io_kind(e) {
+        // TLS failures come as I/O errors of these kinds too: the connection broke.
+        Some(ErrorKind::InvalidData | ErrorKind::InvalidInput) if !is_tls(e) => {
+            TransportKind::BodyDecode
+        }
+        Some(_) => TransportKind::Truncated,
+        None if e.is_incomplete_message() || e.is_body_write_aborted() => {
+            TransportKind::Truncated
+        }
+        None if e.is_timeout() => TransportKind::IdleTimeout,
+        None if e.is_parse() => TransportKind::BodyDecode,
+        None => TransportKind::Truncated,
     };
     TransportFailure { kind, message }
 }

@@ -1,63 +1,66 @@
-//! rebound's own HTTP/1.1 client: one request at a time on a pooled connection, driven by the
-//! task that sends the request, with no retries of its own (B5).
+//! HTTP/1.1 upstream connections: hyper's connection-level client
+//! (`hyper::client::conn::http1`), driven by the task that sends the request, over a small pool
+//! of rebound's own, with no retries (B5).
 //!
-//! The task that asks is the task that writes the request and reads the answer: there is no
-//! connection task and no channel between them, so a request costs no hand-offs between
-//! tasks. A connection keeps no read buffer while it waits: each read goes through a buffer
-//! on the stack, and only bytes not yet handed out stay on the heap. An open stream therefore
-//! costs its socket and a few hundred bytes of state.
+//! hyper parses and frames; this module decides which connection carries a request and when
+//! one is kept. There is no connection task: the future that waits for the answer polls the
+//! connection itself, and so does the body while it is read, so a request costs no hand-offs
+//! between tasks. While the request body is still going out, the connection reads too: an
+//! upstream that answers early (a 413, say) and stops reading is heard at once.
 
 mod pool;
-pub mod wire;
 
+use std::future::Future;
 use std::io;
-use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::{Request, Response};
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, Uri, header};
+use http_body::{Body as _, Frame};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use rebound_core::TransportKind;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
 use self::pool::{Key, Pool};
-use self::wire::{BodyDecoder, Decoded, ResponseHead, WireError};
-use super::{TransportFailure, classify_connect, error_chain};
+use super::{TransportFailure, body_failure, classify_connect, error_chain};
 
-/// The most read from a socket at once.
-const READ_SIZE: usize = 16 << 10;
+/// The largest response head (status line and headers), and the largest trailer section.
+const MAX_HEAD: usize = 64 << 10;
 
-/// A request body up to this size goes out in the same write as the head.
-const COALESCE: usize = 64 << 10;
+/// The most headers a response head may have.
+const MAX_HEADERS: usize = 128;
 
 /// A connection's socket. TLS state is large (over 1 KiB), so it is boxed: a plain connection
 /// does not carry room for it.
 enum Stream {
-    Plain(TcpStream),
-    Tls(Box<TokioIo<MaybeHttpsStream<TokioIo<TcpStream>>>>),
+    Plain(TokioIo<TcpStream>),
+    Tls(Box<MaybeHttpsStream<TokioIo<TcpStream>>>),
 }
 
 impl Stream {
     fn new(connected: MaybeHttpsStream<TokioIo<TcpStream>>) -> Self {
         match connected {
-            MaybeHttpsStream::Http(tcp) => Stream::Plain(tcp.into_inner()),
-            tls => Stream::Tls(Box::new(TokioIo::new(tls))),
+            MaybeHttpsStream::Http(tcp) => Stream::Plain(tcp),
+            tls => Stream::Tls(Box::new(tls)),
         }
     }
 }
 
-impl AsyncRead for Stream {
+impl Read for Stream {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
+        buf: ReadBufCursor<'_>,
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
@@ -66,7 +69,7 @@ impl AsyncRead for Stream {
     }
 }
 
-impl AsyncWrite for Stream {
+impl Write for Stream {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -75,6 +78,24 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Stream::Plain(tcp) => tcp.is_write_vectored(),
+            Stream::Tls(tls) => tls.is_write_vectored(),
         }
     }
 
@@ -93,77 +114,96 @@ impl AsyncWrite for Stream {
     }
 }
 
-/// One connection to an upstream, plain or TLS.
+/// One connection to an upstream: hyper's handle to send on it and the connection itself,
+/// which does its I/O only when polled.
 pub(crate) struct Connection {
-    io: Stream,
-    /// Bytes read but not yet handed out. Empty (and unallocated) between responses.
-    pending: BytesMut,
+    sender: http1::SendRequest<Full<Bytes>>,
+    conn: http1::Connection<Stream, Full<Bytes>>,
+    /// The connection finished (closed, or failed with this error); it is not polled again.
+    ended: Option<Result<(), hyper::Error>>,
 }
 
 impl Connection {
-    /// Reads once from the socket into `pending`: `Ok(0)` at the end of the connection.
-    fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let mut stack = [const { MaybeUninit::<u8>::uninit() }; READ_SIZE];
-        let mut buf = ReadBuf::uninit(&mut stack);
-        ready!(Pin::new(&mut self.io).poll_read(cx, &mut buf))?;
-        self.pending.extend_from_slice(buf.filled());
-        Poll::Ready(Ok(buf.filled().len()))
-    }
-
-    /// Whether an idle connection can take a request: the peer has neither closed it nor
-    /// sent anything.
-    fn is_open(&mut self) -> bool {
-        let mut cx = Context::from_waker(Waker::noop());
-        self.pending.is_empty() && self.poll_fill(&mut cx).is_pending()
-    }
-
-    /// Writes `first`, then `rest` (a body too large to copy into `first`).
-    async fn write_request(&mut self, first: &[u8], rest: &[u8]) -> io::Result<()> {
-        self.io.write_all(first).await?;
-        if !rest.is_empty() {
-            self.io.write_all(rest).await?;
-        }
-        self.io.flush().await
-    }
-
-    /// Reads the final response head, skipping interim (1xx) ones.
-    async fn read_head(&mut self) -> Result<ResponseHead, TransportFailure> {
-        loop {
-            if !self.pending.is_empty() {
-                match wire::parse_response_head(&self.pending) {
-                    Ok(Some((head, len))) => {
-                        self.pending.advance(len);
-                        if self.pending.is_empty() {
-                            self.pending = BytesMut::new();
-                        }
-                        if head.is_interim() {
-                            continue;
-                        }
-                        return Ok(head);
-                    }
-                    Ok(None) => {}
-                    Err(e) => return Err(reset(format!("a malformed response: {e}"))),
-                }
-            }
-            match std::future::poll_fn(|cx| self.poll_fill(cx)).await {
-                Ok(0) if self.pending.is_empty() => {
-                    return Err(reset("the connection closed before a response".into()));
-                }
-                Ok(0) => {
-                    return Err(reset(
-                        "the connection closed in the middle of the response head".into(),
-                    ));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    return Err(reset(format!(
-                        "reading the response head: {}",
-                        error_chain(&e)
-                    )));
-                }
-            }
+    /// Does the connection's pending I/O: reads what came, writes what waits.
+    fn drive(&mut self, cx: &mut Context<'_>) {
+        if self.ended.is_none()
+            && let Poll::Ready(result) = Pin::new(&mut self.conn).poll(cx)
+        {
+            self.ended = Some(result);
         }
     }
+
+    /// Whether an idle connection can take a request: the peer has neither closed it nor sent
+    /// anything (either ends the connection when it is polled).
+    fn is_open(&mut self, cx: &mut Context<'_>) -> bool {
+        self.drive(cx);
+        self.ended.is_none() && self.sender.is_ready()
+    }
+
+    /// Whether the connection may carry another request: its exchange ended cleanly, both ways
+    /// (hyper then asks for the next request).
+    fn is_reusable(&mut self, cx: &mut Context<'_>) -> bool {
+        if !self.sender.is_ready() {
+            self.drive(cx);
+        }
+        self.ended.is_none() && self.sender.is_ready()
+    }
+
+    /// Sends `request` and waits for the response head, driving the connection meanwhile.
+    async fn exchange(
+        &mut self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, TransportFailure> {
+        std::future::poll_fn(|cx| {
+            if self.sender.poll_ready(cx).is_pending() {
+                self.drive(cx);
+            }
+            match self.sender.poll_ready(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(Ok(())),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(request_failure(&e, &self.ended))),
+                Poll::Pending if self.ended.is_some() => Poll::Ready(Err(self.closed())),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await?;
+        let mut response = std::pin::pin!(self.sender.send_request(request));
+        std::future::poll_fn(|cx| {
+            self.drive(cx);
+            match response.as_mut().poll(cx) {
+                Poll::Ready(Ok(response)) => Poll::Ready(Ok(response)),
+                Poll::Ready(Err(e)) => Poll::Ready(Err(request_failure(&e, &self.ended))),
+                Poll::Pending if self.ended.is_some() => Poll::Ready(Err(self.closed())),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    /// The failure of a connection that ended without answering.
+    fn closed(&self) -> TransportFailure {
+        match &self.ended {
+            Some(Err(e)) => request_failure(e, &None),
+            _ => reset("the connection closed before a response".into()),
+        }
+    }
+}
+
+/// The kind of a failure before the response head: the request's own error, or the
+/// connection's when it says more (hyper hands the request "connection closed" when the
+/// connection broke).
+fn request_failure(e: &hyper::Error, ended: &Option<Result<(), hyper::Error>>) -> TransportFailure {
+    let e = match ended {
+        Some(Err(conn)) if e.is_canceled() => conn,
+        _ => e,
+    };
+    let message = error_chain(e);
+    let kind = if e.is_timeout() {
+        TransportKind::Timeout
+    } else {
+        // Closed before a response, resets, broken pipes, malformed heads.
+        TransportKind::ConnectionReset
+    };
+    TransportFailure { kind, message }
 }
 
 fn reset(message: String) -> TransportFailure {
@@ -177,13 +217,21 @@ fn reset(message: String) -> TransportFailure {
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
     connector: HttpsConnector<HttpConnector>,
+    builder: http1::Builder,
     pool: Arc<Pool>,
 }
 
 impl Client {
     pub(crate) fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Self {
+        let mut builder = http1::Builder::new();
+        builder
+            .max_buf_size(MAX_HEAD)
+            .max_header_size(MAX_HEAD)
+            .max_headers(MAX_HEADERS)
+            .writev(true);
         Client {
             connector,
+            builder,
             pool: Arc::new(Pool::new(idle_timeout)),
         }
     }
@@ -194,7 +242,7 @@ impl Client {
         self.pool.idle_count()
     }
 
-    async fn connect(&self, uri: &http::Uri) -> Result<Box<Connection>, TransportFailure> {
+    async fn connect(&self, uri: &Uri) -> Result<Box<Connection>, TransportFailure> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))
             .await
@@ -203,10 +251,26 @@ impl Client {
             .call(uri.clone())
             .await
             .map_err(|e| classify_connect(&*e))?;
+        let (sender, conn) = self
+            .builder
+            .handshake(Stream::new(stream))
+            .await
+            .map_err(|e| reset(error_chain(&e)))?;
         Ok(Box::new(Connection {
-            io: Stream::new(stream),
-            pending: BytesMut::new(),
+            sender,
+            conn,
+            ended: None,
         }))
+    }
+
+    /// The newest idle connection for `key` that is still open.
+    async fn checkout(&self, key: &Key) -> Option<Box<Connection>> {
+        loop {
+            let mut conn = self.pool.take(key)?;
+            if std::future::poll_fn(|cx| Poll::Ready(conn.is_open(cx))).await {
+                return Some(conn);
+            }
+        }
     }
 
     /// Sends `request` and reads the response head. The body is read through the returned
@@ -215,60 +279,67 @@ impl Client {
         &self,
         request: Request<Bytes>,
     ) -> Result<Response<Body>, TransportFailure> {
-        let (parts, body) = request.into_parts();
+        let (mut parts, body) = request.into_parts();
         let key = Key::of(&parts.uri).ok_or_else(|| TransportFailure {
             kind: TransportKind::ConnectionRefused,
             message: format!("the URL `{}` names no host", parts.uri),
         })?;
-        // A body up to COALESCE goes out in the head's write, in the head's buffer.
-        let coalesce = body.len() <= COALESCE;
-        let room = if coalesce { body.len() } else { 0 };
-        let mut head =
-            wire::encode_request_head(&parts.method, &parts.uri, &parts.headers, body.len(), room);
-        let rest: &[u8] = if coalesce {
-            head.extend_from_slice(&body);
-            &[]
-        } else {
-            &body
-        };
-        let mut conn = match self.pool.take(&key) {
-            Some(conn) => conn,
-            None => self.connect(&parts.uri).await?,
-        };
-        let written = conn.write_request(&head, rest).await;
-        let response = match conn.read_head().await {
-            Ok(response) => response,
-            // A peer that closed before reading the whole request may still have answered
-            // (a 413, say); without an answer, the write's error is the one to report.
-            Err(failure) => {
-                return Err(match written {
-                    Err(e) => reset(format!("sending the request: {}", error_chain(&e))),
-                    Ok(()) => failure,
-                });
-            }
-        };
-        let framing = response
-            .framing(&parts.method)
-            .map_err(|e: WireError| reset(format!("a malformed response: {e}")))?;
-        let decoder = BodyDecoder::new(framing);
-        let reuse = (written.is_ok() && response.keep_alive() && !decoder.is_close_delimited())
-            .then(|| Checkin {
-                pool: Arc::clone(&self.pool),
-                key,
-            });
-        let mut body = Body {
-            conn: Some(conn),
-            decoder,
-            reuse,
-        };
-        if body.decoder.is_done() {
-            finish(&mut body.conn, &mut body.reuse);
+        let uri = std::mem::replace(&mut parts.uri, Uri::from_static("/"));
+        for name in [
+            header::CONTENT_LENGTH,
+            header::TRANSFER_ENCODING,
+            header::CONNECTION,
+        ] {
+            parts.headers.remove(name);
         }
-        let mut out = Response::new(body);
-        *out.status_mut() = response.status;
-        *out.version_mut() = response.version;
-        *out.headers_mut() = response.headers;
-        Ok(out)
+        if !parts.headers.contains_key(header::HOST)
+            && let Some(host) = host_header(&uri)
+        {
+            parts.headers.insert(header::HOST, host);
+        }
+        if body.is_empty() && !(parts.method == Method::GET || parts.method == Method::HEAD) {
+            parts
+                .headers
+                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        }
+        // hyper writes the target as given: origin form.
+        if let Some(target) = uri.path_and_query() {
+            parts.uri = Uri::from(target.clone());
+        }
+        let mut conn = match self.checkout(&key).await {
+            Some(conn) => conn,
+            None => self.connect(&uri).await?,
+        };
+        let response = conn
+            .exchange(Request::from_parts(parts, Full::new(body)))
+            .await?;
+        let (parts, incoming) = response.into_parts();
+        let body = Body {
+            open: Some(Open {
+                incoming,
+                conn,
+                checkin: Checkin {
+                    pool: Arc::clone(&self.pool),
+                    key,
+                },
+            }),
+            ended: false,
+        };
+        Ok(Response::from_parts(parts, body))
+    }
+}
+
+/// The `host` header for `uri`: its host, and its port unless the scheme's default.
+fn host_header(uri: &Uri) -> Option<HeaderValue> {
+    let host = uri.host()?;
+    let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+        443
+    } else {
+        80
+    };
+    match uri.port_u16().filter(|&p| p != default_port) {
+        Some(port) => HeaderValue::try_from(format!("{host}:{port}")).ok(),
+        None => HeaderValue::from_str(host).ok(),
     }
 }
 
@@ -278,109 +349,132 @@ struct Checkin {
     key: Key,
 }
 
-/// A response body read straight from its connection.
+/// How long a body dropped before its end may still take to end, when nothing but its end
+/// is left to come (a stream whose reader stopped at its final event).
+const DRAIN_WAIT: Duration = Duration::from_secs(1);
+
+/// A response body, read while its connection is driven.
 pub(crate) struct Body {
-    conn: Option<Box<Connection>>,
-    decoder: BodyDecoder,
-    reuse: Option<Checkin>,
+    /// hyper's body and the connection it comes on, until the body ends or fails.
+    open: Option<Open>,
+    /// The body was read to its end.
+    ended: bool,
+}
+
+struct Open {
+    incoming: Incoming,
+    conn: Box<Connection>,
+    checkin: Checkin,
 }
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Body")
-            .field("open", &self.conn.is_some())
-            .field("decoder", &self.decoder)
+            .field("open", &self.open.is_some())
+            .field("ended", &self.ended)
             .finish()
     }
 }
 
-/// Gives a connection whose response was read to the end back to the pool, when it may carry
-/// another request and nothing follows the response; else closes it.
-fn finish(conn: &mut Option<Box<Connection>>, reuse: &mut Option<Checkin>) {
-    if let (Some(conn), Some(checkin)) = (conn.take(), reuse.take())
-        && conn.pending.is_empty()
-    {
-        checkin.pool.put(checkin.key, conn);
+impl Open {
+    /// One frame of the body, the connection driven first; `None` at the end.
+    fn poll_frame(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, TransportFailure>>> {
+        self.conn.drive(cx);
+        Poll::Ready(
+            match std::task::ready!(Pin::new(&mut self.incoming).poll_frame(cx)) {
+                Some(Ok(frame)) => Some(Ok(frame)),
+                // hyper tells the body only that its connection failed; the connection's own
+                // error says how.
+                Some(Err(e)) => Some(Err(match &self.conn.ended {
+                    Some(Err(conn)) => body_failure(conn),
+                    _ => body_failure(&e),
+                })),
+                None => None,
+            },
+        )
     }
-}
 
-impl Drop for Body {
-    /// A reader that stops at a stream's final event leaves the end of the body (the last
-    /// chunk, its trailers) unread. When that end has already arrived, the connection still
-    /// goes back to the pool: what is pending and what the socket holds are decoded, without
-    /// waiting. Body bytes nobody read, or an end still on its way, close the connection.
-    fn drop(&mut self) {
-        if self.conn.is_some() && self.reuse.is_some() {
-            let _ = self.poll_data(&mut Context::from_waker(Waker::noop()));
+    /// The body was read to its end: the connection goes back to the pool when it can carry
+    /// another request, and is closed otherwise.
+    fn finish(mut self, cx: &mut Context<'_>) {
+        if self.conn.is_reusable(cx) {
+            self.checkin.pool.put(self.checkin.key, self.conn);
         }
+    }
+
+    /// Waits a little for the end of a body nobody reads any more, and gives its connection
+    /// back to the pool if the end comes; data, a failure or the wait running out close it.
+    async fn drain(self) {
+        let mut open = Some(self);
+        let drained = std::future::poll_fn(|cx| {
+            loop {
+                let Some(body) = open.as_mut() else {
+                    return Poll::Ready(());
+                };
+                match std::task::ready!(body.poll_frame(cx)) {
+                    Some(Ok(frame)) if frame.is_trailers() => {}
+                    Some(_) => open = None,
+                    None => {
+                        if let Some(body) = open.take() {
+                            body.finish(cx);
+                        }
+                    }
+                }
+            }
+        });
+        let _ = tokio::time::timeout(DRAIN_WAIT, drained).await;
     }
 }
 
 impl Body {
     /// Whether the whole body was read.
     pub(crate) fn is_end_stream(&self) -> bool {
-        self.conn.is_none() && self.decoder.is_done()
+        self.ended
     }
 
-    /// The next piece of the body; `None` at its end.
-    pub(crate) fn poll_data(
+    /// The next frame of the body; `None` at its end.
+    pub(crate) fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Bytes, TransportFailure>>> {
-        let Body {
-            conn: slot,
-            decoder,
-            reuse,
-        } = self;
-        loop {
-            let Some(conn) = slot.as_deref_mut() else {
-                return Poll::Ready(None);
-            };
-            match decoder.decode(&mut conn.pending) {
-                Ok(Decoded::Data(data)) => {
-                    if decoder.is_done() {
-                        finish(slot, reuse);
-                    }
-                    return Poll::Ready(Some(Ok(data)));
-                }
-                Ok(Decoded::End) => {
-                    finish(slot, reuse);
-                    return Poll::Ready(None);
-                }
-                Ok(Decoded::NeedMore) => {
-                    // Framing consumed to the last byte: let go of the buffer while waiting.
-                    if conn.pending.is_empty() {
-                        conn.pending = BytesMut::new();
-                    }
-                }
-                Err(e) => {
-                    *slot = None;
-                    return Poll::Ready(Some(Err(TransportFailure {
-                        kind: TransportKind::BodyDecode,
-                        message: e.to_string(),
-                    })));
+    ) -> Poll<Option<Result<Frame<Bytes>, TransportFailure>>> {
+        let Some(open) = self.open.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = std::task::ready!(open.poll_frame(cx));
+        match &frame {
+            Some(Ok(_)) => {}
+            Some(Err(_)) => self.open = None,
+            None => {
+                self.ended = true;
+                if let Some(open) = self.open.take() {
+                    open.finish(cx);
                 }
             }
-            let read = ready!(conn.poll_fill(cx));
-            match read {
-                Ok(0) => {
-                    *slot = None;
-                    return Poll::Ready(decoder.at_eof().err().map(|e| {
-                        Err(TransportFailure {
-                            kind: TransportKind::Truncated,
-                            message: e.to_string(),
-                        })
-                    }));
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    *slot = None;
-                    return Poll::Ready(Some(Err(TransportFailure {
-                        kind: TransportKind::Truncated,
-                        message: format!("reading the response body: {}", error_chain(&e)),
-                    })));
-                }
-            }
+        }
+        Poll::Ready(frame)
+    }
+}
+
+impl Drop for Body {
+    /// A reader that stops at a stream's final event leaves the end of the body (the last
+    /// chunk) unread, and it may not even have arrived. Nothing is read here: a body whose end
+    /// hyper has already taken gives its connection back at once, and any other goes to a
+    /// task that waits briefly for the end ([`DRAIN_WAIT`]). Body bytes nobody read close the
+    /// connection.
+    fn drop(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if open.conn.ended.is_some() {
+            return;
+        }
+        if open.incoming.is_end_stream() && open.conn.sender.is_ready() {
+            open.checkin.pool.put(open.checkin.key, open.conn);
+        } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            drop(runtime.spawn(open.drain()));
         }
     }
 }

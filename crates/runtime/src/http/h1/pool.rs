@@ -1,16 +1,20 @@
 //! Idle HTTP/1.1 connections, kept per upstream for the next request.
 //!
-//! The most recently used connection goes out first (it is the likeliest to be open). A
-//! connection is checked before it is handed out: if the peer closed it, or sent bytes nobody
+//! The most recently used connection goes out first (it is the likeliest to be open). The
+//! caller checks a connection before it uses it: if the peer closed it, or sent bytes nobody
 //! asked for, it is dropped. A peer may still close it between that check and the request;
 //! the attempt then fails, and the runtime decides what follows (B5).
+//!
+//! A connection unused for the idle timeout is closed by a reaper task, which runs while the
+//! pool holds connections and ends when it is empty (or the client is gone).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use http::Uri;
 use http::uri::{Authority, Scheme};
+use tokio::time::Instant;
 
 use super::Connection;
 
@@ -36,9 +40,17 @@ struct Idle {
     since: Instant,
 }
 
+#[derive(Default)]
+struct Inner {
+    /// Per upstream, oldest first.
+    idle: HashMap<Key, VecDeque<Idle>>,
+    /// Whether a reaper task is running.
+    reaping: bool,
+}
+
 /// The idle connections.
 pub(crate) struct Pool {
-    idle: Mutex<HashMap<Key, VecDeque<Idle>>>,
+    inner: Mutex<Inner>,
     /// How long a connection may wait unused before it is closed.
     timeout: Duration,
 }
@@ -55,56 +67,93 @@ impl std::fmt::Debug for Pool {
 impl Pool {
     pub(crate) fn new(timeout: Duration) -> Self {
         Pool {
-            idle: Mutex::new(HashMap::new()),
+            inner: Mutex::new(Inner::default()),
             timeout,
         }
     }
 
-    /// An open idle connection for `key`, if there is one.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The newest idle connection for `key` that has not waited too long, if there is one.
     pub(crate) fn take(&self, key: &Key) -> Option<Box<Connection>> {
-        loop {
-            let idle = {
-                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-                let list = idle.get_mut(key)?;
-                let newest = list.pop_back();
-                if newest
-                    .as_ref()
-                    .is_none_or(|i| i.since.elapsed() >= self.timeout)
-                {
-                    // The newest is the youngest: when it is too old, so are all the others.
-                    idle.remove(key);
-                    return None;
+        let (taken, _expired) = {
+            let mut inner = self.lock();
+            let list = inner.idle.get_mut(key)?;
+            let newest = list.pop_back();
+            match newest {
+                Some(idle) if idle.since.elapsed() < self.timeout => {
+                    if list.is_empty() {
+                        inner.idle.remove(key);
+                    }
+                    (Some(idle.conn), None)
                 }
-                newest
-            };
-            let mut conn = idle?.conn;
-            if conn.is_open() {
-                return Some(conn);
+                // The newest is the youngest: when it is too old, so are all the others.
+                newest => (None, Some((newest, inner.idle.remove(key)))),
+            }
+        };
+        // Expired connections are closed outside the lock.
+        taken
+    }
+
+    /// Keeps `conn` for the next request to `key`.
+    pub(crate) fn put(self: &Arc<Self>, key: Key, conn: Box<Connection>) {
+        let start_reaper = {
+            let mut inner = self.lock();
+            inner.idle.entry(key).or_default().push_back(Idle {
+                conn,
+                since: Instant::now(),
+            });
+            !std::mem::replace(&mut inner.reaping, true)
+        };
+        if start_reaper {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn(reap(Arc::downgrade(self)))),
+                // No runtime to reap on: expiry is still checked when a connection is taken.
+                Err(_) => self.lock().reaping = false,
             }
         }
     }
 
-    /// Keeps `conn` for the next request to `key`, and closes what has waited too long.
-    pub(crate) fn put(&self, key: Key, conn: Box<Connection>) {
+    /// Closes the connections that have waited too long: when the next one will have, or `None`
+    /// when the pool is empty (the reaper then ends).
+    fn expire(&self) -> Option<Instant> {
         let now = Instant::now();
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        let list = idle.entry(key).or_default();
-        while list
-            .front()
-            .is_some_and(|i| now.duration_since(i.since) >= self.timeout)
-        {
-            list.pop_front();
-        }
-        list.push_back(Idle { conn, since: now });
+        let mut expired = Vec::new();
+        let next = {
+            let mut inner = self.lock();
+            inner.idle.retain(|_, list| {
+                while list
+                    .front()
+                    .is_some_and(|i| now.duration_since(i.since) >= self.timeout)
+                {
+                    expired.extend(list.pop_front());
+                }
+                !list.is_empty()
+            });
+            let oldest = inner.idle.values().filter_map(VecDeque::front).map(|i| i.since).min();
+            if oldest.is_none() {
+                inner.reaping = false;
+            }
+            oldest.map(|since| since + self.timeout)
+        };
+        drop(expired);
+        next
     }
 
     /// How many connections wait.
     pub(crate) fn idle_count(&self) -> usize {
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .map(VecDeque::len)
-            .sum()
+        self.lock().idle.values().map(VecDeque::len).sum()
+    }
+}
+
+/// Closes idle connections as they pass the timeout, while the pool has any.
+async fn reap(pool: Weak<Pool>) {
+    loop {
+        let Some(next) = pool.upgrade().and_then(|pool| pool.expire()) else {
+            return;
+        };
+        tokio::time::sleep_until(next).await;
     }
 }

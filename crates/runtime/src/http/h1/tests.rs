@@ -46,6 +46,8 @@ const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
 struct Server {
     url: String,
     accepted: Arc<AtomicUsize>,
+    /// Connections that ended (the client closed them, or the answers ran out).
+    ended: Arc<AtomicUsize>,
     requests: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
@@ -76,26 +78,37 @@ impl Server {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
+        let ended = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
-        let (count, log) = (Arc::clone(&accepted), Arc::clone(&requests));
+        let (count, done, log) = (
+            Arc::clone(&accepted),
+            Arc::clone(&ended),
+            Arc::clone(&requests),
+        );
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                let (answers, log) = (Arc::clone(&answers), Arc::clone(&log));
-                match tls.clone() {
-                    None => drop(tokio::spawn(serve(stream, answers, log))),
-                    Some(tls) => drop(tokio::spawn(async move {
-                        if let Ok(stream) = tls.accept(stream).await {
-                            serve(stream, answers, log).await;
+                let (answers, done, log) =
+                    (Arc::clone(&answers), Arc::clone(&done), Arc::clone(&log));
+                let tls = tls.clone();
+                drop(tokio::spawn(async move {
+                    match tls {
+                        None => serve(stream, answers, log).await,
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(stream).await {
+                                serve(stream, answers, log).await;
+                            }
                         }
-                    })),
-                }
+                    }
+                    done.fetch_add(1, Ordering::SeqCst);
+                }));
             }
         });
         Server {
             url,
             accepted,
+            ended,
             requests,
         }
     }
@@ -148,11 +161,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// A client that trusts the test CA, keeping idle connections 90 s.
 fn client() -> Client {
-    client_with_idle_timeout(Duration::from_secs(90))
-}
-
-fn client_with_idle_timeout(idle: Duration) -> Client {
     // The test CA stands in for the webpki roots.
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -173,7 +183,7 @@ fn client_with_idle_timeout(idle: Duration) -> Client {
         .https_or_http()
         .enable_http1()
         .wrap_connector(tcp);
-    Client::new(connector, idle)
+    Client::new(connector, Duration::from_secs(90))
 }
 
 fn post(url: &str, body: &'static [u8]) -> Request<Bytes> {
@@ -192,6 +202,17 @@ async fn exchange(client: &Client, url: &str) -> Result<(u16, Vec<u8>), Transpor
     Ok((status, bytes.to_vec()))
 }
 
+/// The request's head lines after the request line, sorted, and its body.
+fn head_and_body(request: &[u8]) -> (String, Vec<String>, Vec<u8>) {
+    let end = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8(request[..end].to_vec()).unwrap();
+    let mut lines = head.split("\r\n").map(str::to_owned);
+    let first = lines.next().unwrap();
+    let mut headers: Vec<String> = lines.collect();
+    headers.sort();
+    (first, headers, request[end + 4..].to_vec())
+}
+
 #[tokio::test]
 async fn requests_go_out_as_written_and_connections_are_reused() {
     let server = Server::start(vec![answer(&[OK]), answer(&[OK])]).await;
@@ -206,15 +227,54 @@ async fn requests_go_out_as_written_and_connections_are_reused() {
         (200, b"hello".to_vec())
     );
     assert_eq!(server.accepted(), 1);
-    let request = String::from_utf8(server.requests.lock().unwrap()[0].clone()).unwrap();
+    let request = server.requests.lock().unwrap()[0].clone();
     let host = server.url.trim_start_matches("http://");
     assert_eq!(
-        request,
-        format!(
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: {host}\r\n\
-             authorization: Bearer k\r\ncontent-length: 2\r\n\r\n{{}}"
+        head_and_body(&request),
+        (
+            "POST /v1/chat/completions HTTP/1.1".to_owned(),
+            vec![
+                "authorization: Bearer k".to_owned(),
+                "content-length: 2".to_owned(),
+                format!("host: {host}"),
+            ],
+            b"{}".to_vec()
         )
     );
+}
+
+#[tokio::test]
+async fn framing_headers_are_the_clients_own_and_empty_bodies_say_so() {
+    let server = Server::start(vec![answer(&[OK]), answer(&[OK])]).await;
+    let client = client();
+    let request = Request::post(format!("{}/v1/x?a=1", server.url))
+        .header("content-length", "999")
+        .header("transfer-encoding", "chunked")
+        .header("connection", "close")
+        .body(Bytes::from_static(b"abc"))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    drop(ResponseBody::h1(response.into_body()).collect().await.unwrap());
+    let request = Request::post(format!("{}/empty", server.url))
+        .body(Bytes::new())
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    drop(ResponseBody::h1(response.into_body()).collect().await.unwrap());
+    let requests = server.requests.lock().unwrap().clone();
+    let host = server.url.trim_start_matches("http://");
+    assert_eq!(
+        head_and_body(&requests[0]),
+        (
+            "POST /v1/x?a=1 HTTP/1.1".to_owned(),
+            vec!["content-length: 3".to_owned(), format!("host: {host}")],
+            b"abc".to_vec()
+        )
+    );
+    assert_eq!(
+        head_and_body(&requests[1]).1,
+        vec!["content-length: 0".to_owned(), format!("host: {host}")]
+    );
+    assert_eq!(server.accepted(), 1, "the caller's `connection: close` is not sent");
 }
 
 #[tokio::test]
@@ -286,6 +346,8 @@ async fn drop_after_the_first_piece(first: Answer) -> (usize, usize) {
     let piece = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(piece, "hello");
     drop(body);
+    // A connection whose end is on its way is given a moment.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let idle = client.idle_connections();
     assert_eq!(exchange(&client, &server.url).await.unwrap().1, b"hello");
     (idle, server.accepted())
@@ -309,32 +371,47 @@ async fn a_body_dropped_after_its_last_piece_keeps_its_connection() {
 }
 
 #[tokio::test]
+async fn a_body_whose_end_comes_after_its_reader_let_go_keeps_its_connection() {
+    // The last chunk comes a moment after the final event the reader stopped at.
+    let first = answer(&[
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
+        b"0\r\n\r\n",
+    ]);
+    assert_eq!(drop_after_the_first_piece(first).await, (1, 1));
+}
+
+#[tokio::test]
 async fn broken_answers_fail_with_their_kind() {
-    let cases: [(Answer, TransportKind, &str); 5] = [
+    let cases: [(Answer, TransportKind, &str); 6] = [
         (
             closing(&[]),
             TransportKind::ConnectionReset,
-            "the connection closed before a response",
+            "connection closed before message completed",
         ),
         (
             closing(&[b"HTTP/1.1 200 OK\r\ncontent-le"]),
             TransportKind::ConnectionReset,
-            "the connection closed in the middle of the response head",
+            "connection closed before message completed",
+        ),
+        (
+            answer(&[b"HTTP/1.1 abc\r\n\r\n"]),
+            TransportKind::ConnectionReset,
+            "invalid HTTP status-code parsed",
         ),
         (
             closing(&[b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\nhello"]),
             TransportKind::Truncated,
-            "the connection closed 4 bytes before the end of the body",
+            "error reading a body from connection: end of file before message length reached",
         ),
         (
             closing(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n"]),
             TransportKind::Truncated,
-            "the connection closed before the chunked body's last chunk",
+            "error reading a body from connection: unexpected EOF during chunk size line",
         ),
         (
             answer(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nxyz\r\n"]),
             TransportKind::BodyDecode,
-            "invalid chunked body: bad chunk-size line `xyz`",
+            "error reading a body from connection: Invalid chunk size line: missing size digit",
         ),
     ];
     for (answer, kind, message) in cases {
@@ -344,6 +421,20 @@ async fn broken_answers_fail_with_their_kind() {
     }
     let failure = exchange(&client(), "http://127.0.0.1:1").await.unwrap_err();
     assert_eq!(failure.kind, TransportKind::ConnectionRefused);
+}
+
+#[tokio::test]
+async fn a_head_over_the_limit_is_refused() {
+    let huge: &'static [u8] = format!(
+        "HTTP/1.1 200 OK\r\nx-big: {}\r\ncontent-length: 0\r\n\r\n",
+        "a".repeat(super::MAX_HEAD)
+    )
+    .leak()
+    .as_bytes();
+    let server = Server::start(vec![answer(&[huge])]).await;
+    let failure = exchange(&client(), &server.url).await.unwrap_err();
+    assert_eq!(failure.kind, TransportKind::ConnectionReset);
+    assert_eq!(failure.message, "message head is too large");
 }
 
 #[tokio::test]
@@ -359,33 +450,89 @@ async fn a_large_request_body_goes_out_whole() {
 }
 
 #[tokio::test]
-async fn idle_connections_expire() {
-    let server = Server::start(vec![answer(&[OK]), answer(&[OK])]).await;
-    let client = client_with_idle_timeout(Duration::from_millis(30));
-    exchange(&client, &server.url).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    exchange(&client, &server.url).await.unwrap();
-    assert_eq!(server.accepted(), 2);
+async fn an_early_answer_is_read_while_the_request_body_is_still_going_out() {
+    // RFC 9112 9.5: the upstream reads the head, answers 413 at once and stops reading. The
+    // body is far larger than the socket buffers hold, so it cannot all go out first.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (hold_tx, hold_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        let mut seen = Vec::new();
+        while !seen.windows(4).any(|w| w == b"\r\n\r\n") {
+            let mut chunk = [0u8; 1024];
+            let n = stream.read(&mut chunk).await.unwrap();
+            seen.extend_from_slice(&chunk[..n]);
+        }
+        stream
+            .write_all(b"HTTP/1.1 413 Content Too Large\r\ncontent-length: 9\r\n\r\ntoo large")
+            .await
+            .unwrap();
+        // Reads nothing more; holds the connection until the test ends.
+        let _ = hold_rx.await;
+        drop(stream);
+    });
+    let client = crate::http::HttpClient::new(crate::http::Timeouts {
+        first_byte: Duration::from_secs(60),
+        ..crate::http::Timeouts::default()
+    })
+    .unwrap();
+    let body = Bytes::from(vec![b'x'; 32 << 20]);
+    let request = Request::post(format!("{url}/v1/chat/completions"))
+        .body(body)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let response = tokio::time::timeout(Duration::from_secs(10), client.send(request))
+        .await
+        .expect("the early answer comes before the body has gone out")
+        .unwrap();
+    assert_eq!(response.status(), 413);
+    let mut body = response.into_body();
+    let text = read_whole(&mut body, 1 << 10, Duration::from_secs(5), std::future::pending());
+    assert_eq!(text.await.unwrap(), "too large");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(client.http1.idle_connections(), 0, "a half-sent request's connection is closed");
+    drop(hold_tx);
 }
 
 #[tokio::test]
-async fn a_waiting_stream_holds_no_read_buffer() {
-    let server = Server::start(vec![answer(&[
-        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
-        b"6\r\ndata: \r\n",
-    ])])
-    .await;
+async fn idle_connections_are_closed_after_the_idle_timeout() {
+    let server = Server::start(vec![answer(&[OK]), answer(&[OK])]).await;
     let client = client();
-    let response = client.send(post(&server.url, b"{}")).await.unwrap();
-    let mut body = response.into_body();
-    let first = std::future::poll_fn(|cx| body.poll_data(cx)).await;
-    assert_eq!(first.unwrap().unwrap(), "data: ");
-    // The next piece has not come: the poll finds nothing, and keeps no buffer for it.
-    let waker = std::task::Waker::noop();
-    let pending = body.poll_data(&mut std::task::Context::from_waker(waker));
-    assert!(pending.is_pending());
-    let conn = body.conn.as_ref().unwrap();
-    assert_eq!(conn.pending.capacity(), 0);
+    exchange(&client, &server.url).await.unwrap();
+    assert_eq!(client.idle_connections(), 1);
+    // From here the clock moves only when told to (or when nothing else can).
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(89)).await;
+    assert_eq!(client.idle_connections(), 1);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    tokio::task::yield_now().await;
+    assert_eq!(client.idle_connections(), 0);
+    // The server sees the connection close.
+    for _ in 0..100 {
+        if server.ended.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(server.ended.load(Ordering::SeqCst), 1);
+    // The reaper ended with the pool empty; the next connection starts it again.
+    exchange(&client, &server.url).await.unwrap();
+    assert_eq!((client.idle_connections(), server.accepted()), (1, 2));
+}
+
+#[tokio::test]
+async fn a_reused_connection_the_peer_drops_fails_the_attempt_and_is_not_retried() {
+    // The second request reaches the server on the kept connection, which then closes without
+    // an answer: the attempt fails, and nothing is sent again.
+    let server = Server::start(vec![answer(&[OK]), closing(&[])]).await;
+    let client = client();
+    exchange(&client, &server.url).await.unwrap();
+    let failure = exchange(&client, &server.url).await.unwrap_err();
+    assert_eq!(failure.kind, TransportKind::ConnectionReset);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(server.accepted(), 1);
+    assert_eq!(server.requests.lock().unwrap().len(), 2);
 }
 
 #[tokio::test]
@@ -458,5 +605,7 @@ async fn a_whole_read_refuses_a_body_over_its_limit_where_a_prefix_read_cuts_it(
 #[test]
 fn a_plain_connection_carries_no_room_for_tls_state() {
     // TLS state is over 1 KiB; boxed, it costs a plain connection a pointer.
-    assert!(std::mem::size_of::<super::Connection>() <= 128);
+    let plain = std::mem::size_of::<tokio::net::TcpStream>();
+    assert!(std::mem::size_of::<super::Stream>() <= plain + std::mem::size_of::<usize>());
+    eprintln!("connection {} bytes", std::mem::size_of::<super::Connection>());
 }
