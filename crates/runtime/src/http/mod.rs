@@ -246,9 +246,7 @@ fn body_failure(e: &hyper::Error) -> TransportFailure {
             TransportKind::BodyDecode
         }
         Some(_) => TransportKind::Truncated,
-        None if e.is_incomplete_message() || e.is_body_write_aborted() => {
-            TransportKind::Truncated
-        }
+        None if e.is_incomplete_message() || e.is_body_write_aborted() => TransportKind::Truncated,
         None if e.is_timeout() => TransportKind::IdleTimeout,
         None if e.is_parse() => TransportKind::BodyDecode,
         None => TransportKind::Truncated,

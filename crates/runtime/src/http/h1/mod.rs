@@ -242,6 +242,12 @@ impl Client {
         self.pool.idle_count()
     }
 
+    /// Waits until `n` connections in all have gone back to the pool.
+    #[cfg(test)]
+    pub(crate) async fn put_back(&self, n: usize) {
+        self.pool.put_back(n).await;
+    }
+
     async fn connect(&self, uri: &Uri) -> Result<Box<Connection>, TransportFailure> {
         let mut connector = self.connector.clone();
         std::future::poll_fn(|cx| connector.poll_ready(cx))

@@ -53,6 +53,9 @@ pub(crate) struct Pool {
     inner: Mutex<Inner>,
     /// How long a connection may wait unused before it is closed.
     timeout: Duration,
+    /// How many connections were put back, for tests to wait on.
+    #[cfg(test)]
+    puts: tokio::sync::watch::Sender<usize>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -69,6 +72,8 @@ impl Pool {
         Pool {
             inner: Mutex::new(Inner::default()),
             timeout,
+            #[cfg(test)]
+            puts: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -107,6 +112,8 @@ impl Pool {
             });
             !std::mem::replace(&mut inner.reaping, true)
         };
+        #[cfg(test)]
+        self.puts.send_modify(|n| *n += 1);
         if start_reaper {
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => drop(runtime.spawn(reap(Arc::downgrade(self)))),
@@ -132,7 +139,12 @@ impl Pool {
                 }
                 !list.is_empty()
             });
-            let oldest = inner.idle.values().filter_map(VecDeque::front).map(|i| i.since).min();
+            let oldest = inner
+                .idle
+                .values()
+                .filter_map(VecDeque::front)
+                .map(|i| i.since)
+                .min();
             if oldest.is_none() {
                 inner.reaping = false;
             }
@@ -145,6 +157,13 @@ impl Pool {
     /// How many connections wait.
     pub(crate) fn idle_count(&self) -> usize {
         self.lock().idle.values().map(VecDeque::len).sum()
+    }
+
+    /// Waits until `n` connections in all have been put back.
+    #[cfg(test)]
+    pub(crate) async fn put_back(&self, n: usize) {
+        let mut puts = self.puts.subscribe();
+        let _ = puts.wait_for(|&puts| puts >= n).await;
     }
 }
 

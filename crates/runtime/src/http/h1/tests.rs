@@ -46,8 +46,8 @@ const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhello";
 struct Server {
     url: String,
     accepted: Arc<AtomicUsize>,
-    /// Connections that ended (the client closed them, or the answers ran out).
-    ended: Arc<AtomicUsize>,
+    /// How many connections ended (the client closed them, or the answers ran out).
+    ended: tokio::sync::watch::Sender<usize>,
     requests: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
@@ -78,19 +78,14 @@ impl Server {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let url = format!("{scheme}://{}", listener.local_addr().unwrap());
         let accepted = Arc::new(AtomicUsize::new(0));
-        let ended = Arc::new(AtomicUsize::new(0));
+        let ended = tokio::sync::watch::Sender::new(0);
         let requests = Arc::new(Mutex::new(Vec::new()));
         let answers = Arc::new(Mutex::new(VecDeque::from(answers)));
-        let (count, done, log) = (
-            Arc::clone(&accepted),
-            Arc::clone(&ended),
-            Arc::clone(&requests),
-        );
+        let (count, done, log) = (Arc::clone(&accepted), ended.clone(), Arc::clone(&requests));
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                let (answers, done, log) =
-                    (Arc::clone(&answers), Arc::clone(&done), Arc::clone(&log));
+                let (answers, done, log) = (Arc::clone(&answers), done.clone(), Arc::clone(&log));
                 let tls = tls.clone();
                 drop(tokio::spawn(async move {
                     match tls {
@@ -101,7 +96,7 @@ impl Server {
                             }
                         }
                     }
-                    done.fetch_add(1, Ordering::SeqCst);
+                    done.send_modify(|n| *n += 1);
                 }));
             }
         });
@@ -115,6 +110,14 @@ impl Server {
 
     fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` connections in all have ended; fails the test after five seconds.
+    async fn ended(&self, n: usize) {
+        let mut ended = self.ended.subscribe();
+        let wait = ended.wait_for(|&ended| ended >= n);
+        let waited = tokio::time::timeout(Duration::from_secs(5), wait).await;
+        assert!(waited.is_ok(), "{n} connection(s) ended");
     }
 }
 
@@ -254,12 +257,22 @@ async fn framing_headers_are_the_clients_own_and_empty_bodies_say_so() {
         .body(Bytes::from_static(b"abc"))
         .unwrap();
     let response = client.send(request).await.unwrap();
-    drop(ResponseBody::h1(response.into_body()).collect().await.unwrap());
+    drop(
+        ResponseBody::h1(response.into_body())
+            .collect()
+            .await
+            .unwrap(),
+    );
     let request = Request::post(format!("{}/empty", server.url))
         .body(Bytes::new())
         .unwrap();
     let response = client.send(request).await.unwrap();
-    drop(ResponseBody::h1(response.into_body()).collect().await.unwrap());
+    drop(
+        ResponseBody::h1(response.into_body())
+            .collect()
+            .await
+            .unwrap(),
+    );
     let requests = server.requests.lock().unwrap().clone();
     let host = server.url.trim_start_matches("http://");
     assert_eq!(
@@ -274,7 +287,11 @@ async fn framing_headers_are_the_clients_own_and_empty_bodies_say_so() {
         head_and_body(&requests[1]).1,
         vec!["content-length: 0".to_owned(), format!("host: {host}")]
     );
-    assert_eq!(server.accepted(), 1, "the caller's `connection: close` is not sent");
+    assert_eq!(
+        server.accepted(),
+        1,
+        "the caller's `connection: close` is not sent"
+    );
 }
 
 #[tokio::test]
@@ -337,17 +354,22 @@ async fn connections_that_cannot_carry_another_request_are_closed() {
     assert_eq!(server.accepted(), 4);
 }
 
-/// Reads the first piece of `first`'s body and drops the body, then sends another request:
-/// how many connections waited in between, and how many the server accepted in all.
-async fn drop_after_the_first_piece(first: Answer) -> (usize, usize) {
+/// Reads the first piece of `first`'s body and drops the body, then waits until its
+/// connection went back to the pool (`kept`) or closed, and sends another request: how many
+/// connections waited in between, and how many the server accepted in all.
+async fn drop_after_the_first_piece(first: Answer, kept: bool) -> (usize, usize) {
     let server = Server::start(vec![first, answer(&[OK])]).await;
     let client = client();
     let mut body = body_of(&client, &server.url).await;
     let piece = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert_eq!(piece, "hello");
     drop(body);
-    // A connection whose end is on its way is given a moment.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    if kept {
+        let waited = tokio::time::timeout(Duration::from_secs(5), client.put_back(1)).await;
+        assert!(waited.is_ok(), "the connection went back to the pool");
+    } else {
+        server.ended(1).await;
+    }
     let idle = client.idle_connections();
     assert_eq!(exchange(&client, &server.url).await.unwrap().1, b"hello");
     (idle, server.accepted())
@@ -359,7 +381,7 @@ async fn a_body_dropped_before_its_end_closes_its_connection() {
         b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nhello",
         b"world",
     ]);
-    assert_eq!(drop_after_the_first_piece(first).await, (0, 2));
+    assert_eq!(drop_after_the_first_piece(first, false).await, (0, 2));
 }
 
 #[tokio::test]
@@ -367,17 +389,66 @@ async fn a_body_dropped_after_its_last_piece_keeps_its_connection() {
     // A stream reader stops at the final event; the last chunk came with it.
     let first =
         answer(&[b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"]);
-    assert_eq!(drop_after_the_first_piece(first).await, (1, 1));
+    assert_eq!(drop_after_the_first_piece(first, true).await, (1, 1));
 }
 
 #[tokio::test]
-async fn a_body_whose_end_comes_after_its_reader_let_go_keeps_its_connection() {
-    // The last chunk comes a moment after the final event the reader stopped at.
-    let first = answer(&[
-        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n",
-        b"0\r\n\r\n",
-    ]);
-    assert_eq!(drop_after_the_first_piece(first).await, (1, 1));
+async fn dropping_a_body_reads_nothing_and_an_end_that_came_meanwhile_keeps_the_connection() {
+    // A stream reader stops at the final event; the last chunk reaches the socket after the
+    // reader's last read and before it lets go. Dropping the body must not read it (no socket
+    // I/O in `drop`); a task does, and gives the connection back.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (read_tx, read_rx) = tokio::sync::oneshot::channel::<()>();
+    let (sent_tx, sent_rx) = tokio::sync::oneshot::channel::<()>();
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.unwrap();
+        count.fetch_add(1, Ordering::SeqCst);
+        // Further connections are counted, not served.
+        tokio::spawn(async move {
+            while listener.accept().await.is_ok() {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let mut buf = Vec::new();
+        let mut read_request = async |stream: &mut tokio::net::TcpStream| {
+            while !buf.ends_with(b"\r\n\r\n{}") {
+                let mut chunk = [0u8; 1024];
+                let n = stream.read(&mut chunk).await.unwrap();
+                assert!(n > 0);
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            buf.clear();
+        };
+        read_request(&mut stream).await;
+        let head = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+        stream.write_all(head).await.unwrap();
+        read_rx.await.unwrap();
+        stream.write_all(b"0\r\n\r\n").await.unwrap();
+        // On loopback the bytes are in the client's socket once the write returns.
+        sent_tx.send(()).unwrap();
+        read_request(&mut stream).await;
+        stream.write_all(OK).await.unwrap();
+        let _ = stream.read(&mut [0u8; 1]).await;
+    });
+    let client = client();
+    let mut body = body_of(&client, &url).await;
+    let piece = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(piece, "hello");
+    read_tx.send(()).unwrap();
+    sent_rx.await.unwrap();
+    drop(body);
+    assert_eq!(
+        client.idle_connections(),
+        0,
+        "the end waiting in the socket was not read in drop"
+    );
+    let waited = tokio::time::timeout(Duration::from_secs(5), client.put_back(1)).await;
+    assert!(waited.is_ok(), "the connection went back to the pool");
+    assert_eq!(exchange(&client, &url).await.unwrap().1, b"hello");
+    assert_eq!(accepted.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
@@ -488,10 +559,19 @@ async fn an_early_answer_is_read_while_the_request_body_is_still_going_out() {
         .unwrap();
     assert_eq!(response.status(), 413);
     let mut body = response.into_body();
-    let text = read_whole(&mut body, 1 << 10, Duration::from_secs(5), std::future::pending());
+    let text = read_whole(
+        &mut body,
+        1 << 10,
+        Duration::from_secs(5),
+        std::future::pending(),
+    );
     assert_eq!(text.await.unwrap(), "too large");
     assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(client.http1.idle_connections(), 0, "a half-sent request's connection is closed");
+    assert_eq!(
+        client.http1.idle_connections(),
+        0,
+        "a half-sent request's connection is closed"
+    );
     drop(hold_tx);
 }
 
@@ -501,21 +581,15 @@ async fn idle_connections_are_closed_after_the_idle_timeout() {
     let client = client();
     exchange(&client, &server.url).await.unwrap();
     assert_eq!(client.idle_connections(), 1);
-    // From here the clock moves only when told to (or when nothing else can).
+    // The clock moves only when told to while the connection waits.
     tokio::time::pause();
     tokio::time::advance(Duration::from_secs(89)).await;
     assert_eq!(client.idle_connections(), 1);
     tokio::time::advance(Duration::from_secs(2)).await;
-    tokio::task::yield_now().await;
+    tokio::time::resume();
+    // Nothing but the reaper closes it: the server sees the close.
+    server.ended(1).await;
     assert_eq!(client.idle_connections(), 0);
-    // The server sees the connection close.
-    for _ in 0..100 {
-        if server.ended.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(server.ended.load(Ordering::SeqCst), 1);
     // The reaper ended with the pool empty; the next connection starts it again.
     exchange(&client, &server.url).await.unwrap();
     assert_eq!((client.idle_connections(), server.accepted()), (1, 2));
@@ -530,7 +604,6 @@ async fn a_reused_connection_the_peer_drops_fails_the_attempt_and_is_not_retried
     exchange(&client, &server.url).await.unwrap();
     let failure = exchange(&client, &server.url).await.unwrap_err();
     assert_eq!(failure.kind, TransportKind::ConnectionReset);
-    tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(server.accepted(), 1);
     assert_eq!(server.requests.lock().unwrap().len(), 2);
 }
@@ -607,5 +680,4 @@ fn a_plain_connection_carries_no_room_for_tls_state() {
     // TLS state is over 1 KiB; boxed, it costs a plain connection a pointer.
     let plain = std::mem::size_of::<tokio::net::TcpStream>();
     assert!(std::mem::size_of::<super::Stream>() <= plain + std::mem::size_of::<usize>());
-    eprintln!("connection {} bytes", std::mem::size_of::<super::Connection>());
 }
