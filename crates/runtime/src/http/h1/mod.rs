@@ -383,24 +383,28 @@ impl std::fmt::Debug for Body {
 }
 
 impl Open {
-    /// One frame of the body, the connection driven first; `None` at the end.
+    /// One frame of the body; `None` at the end. The body is asked first: hyper reads body
+    /// bytes from the socket only once its reader wants them, so the connection is driven
+    /// after the ask and the body asked again, without a wake-up in between.
     fn poll_frame(
         &mut self,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, TransportFailure>>> {
-        self.conn.drive(cx);
-        Poll::Ready(
-            match std::task::ready!(Pin::new(&mut self.incoming).poll_frame(cx)) {
-                Some(Ok(frame)) => Some(Ok(frame)),
-                // hyper tells the body only that its connection failed; the connection's own
-                // error says how.
-                Some(Err(e)) => Some(Err(match &self.conn.ended {
-                    Some(Err(conn)) => body_failure(conn),
-                    _ => body_failure(&e),
-                })),
-                None => None,
-            },
-        )
+        let mut frame = Pin::new(&mut self.incoming).poll_frame(cx);
+        if frame.is_pending() {
+            self.conn.drive(cx);
+            frame = Pin::new(&mut self.incoming).poll_frame(cx);
+        }
+        Poll::Ready(match std::task::ready!(frame) {
+            Some(Ok(frame)) => Some(Ok(frame)),
+            // hyper tells the body only that its connection failed; the connection's own
+            // error says how.
+            Some(Err(e)) => Some(Err(match &self.conn.ended {
+                Some(Err(conn)) => body_failure(conn),
+                _ => body_failure(&e),
+            })),
+            None => None,
+        })
     }
 
     /// The body was read to its end: the connection goes back to the pool when it can carry
