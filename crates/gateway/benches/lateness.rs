@@ -7,8 +7,8 @@
 //! woke. The reference then sleeps exactly those delays with bare `tokio::time::sleep`, as many
 //! at once, on a runtime of the same shape: what the timer alone costs on this machine now.
 //!
-//! Run: `cargo bench -p rebound-gateway --bench lateness`; `requests=N` (default 1,000) and
-//! `concurrency=N` (default 16) change the load.
+//! Run: `cargo bench -p rebound-gateway --bench lateness`; after `--`, `requests=N` (default
+//! 1,000) and `concurrency=N` (default 16) change the load.
 
 #![allow(
     clippy::unwrap_used,
