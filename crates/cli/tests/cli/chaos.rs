@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::http;
 
@@ -52,24 +53,39 @@ fn serves_scripts_and_counts_attempts() {
 
 #[test]
 fn a_closed_stdout_does_not_stop_the_server() {
+    // Standard output is a pipe whose reader is gone before the server starts, so writing
+    // the banner fails, whenever it happens. The banner cannot tell the address, so the test
+    // picks a free port.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
     let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
-        .args(["chaos", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
+        .args(["chaos", "--listen", &addr])
+        .stdout(writer)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let addr = first.trim().rsplit(' ').next().unwrap().to_owned();
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
+    // The server writes its banner before it serves anything (one thread: it serves once
+    // `main` waits for Ctrl-C), so an answer means the failed banner did not stop it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the server stopped: {status}");
+        }
+        assert!(Instant::now() < deadline, "the server never listened");
+        // Not listening yet: the process is still starting.
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let models = http(
         &addr,
         "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     );
     assert!(models.contains("chaos-1"), "{models}");
+    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
     child.kill().unwrap();
     child.wait().unwrap();
 }

@@ -121,12 +121,40 @@ impl Drop for Receiver {
 
 #[cfg(test)]
 mod tests {
-    use std::future::poll_fn;
-    use std::time::Duration;
+    use std::future::{Future, poll_fn};
+    use std::pin::{Pin, pin};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::{Context, Poll, Wake, Waker};
 
     use bytes::Bytes;
 
-    use super::{CAPACITY, pipe};
+    use super::{CAPACITY, Receiver, pipe};
+
+    /// A waker that counts its wakes: whether a waiting side was woken is then a fact the
+    /// test reads, not something it waits for.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    impl Wakes {
+        fn count(&self) -> usize {
+            self.0.load(Ordering::SeqCst)
+        }
+
+        fn poll<F: Future>(self: &Arc<Self>, future: Pin<&mut F>) -> Poll<F::Output> {
+            future.poll(&mut Context::from_waker(&Waker::from(Arc::clone(self))))
+        }
+
+        fn recv(self: &Arc<Self>, rx: &mut Receiver) -> Poll<Option<Bytes>> {
+            rx.poll_recv(&mut Context::from_waker(&Waker::from(Arc::clone(self))))
+        }
+    }
 
     #[tokio::test]
     async fn chunks_arrive_in_order_then_the_end() {
@@ -145,38 +173,47 @@ mod tests {
         assert_eq!(got, expected);
     }
 
-    #[tokio::test]
-    async fn a_full_pipe_makes_the_sender_wait_for_the_reader() {
+    #[test]
+    fn a_full_pipe_makes_the_sender_wait_for_the_reader() {
         let (tx, mut rx) = pipe();
+        let wakes = Arc::new(Wakes::default());
         for _ in 0..CAPACITY {
-            assert!(tx.send(Bytes::from_static(b"x")).await);
+            let sent = wakes.poll(pin!(tx.send(Bytes::from_static(b"x"))));
+            assert_eq!(sent, Poll::Ready(true));
         }
-        let blocked =
-            tokio::time::timeout(Duration::from_millis(50), tx.send(Bytes::from_static(b"y")))
-                .await;
-        assert!(blocked.is_err(), "a full pipe took another chunk");
-        let first = poll_fn(|cx| rx.poll_recv(cx)).await;
-        assert_eq!(first.as_deref(), Some(&b"x"[..]));
-        assert!(tx.send(Bytes::from_static(b"y")).await);
+        let mut blocked = pin!(tx.send(Bytes::from_static(b"y")));
+        assert!(
+            wakes.poll(blocked.as_mut()).is_pending(),
+            "a full pipe took another chunk"
+        );
+        assert_eq!(wakes.count(), 0);
+        assert_eq!(
+            wakes.recv(&mut rx),
+            Poll::Ready(Some(Bytes::from_static(b"x")))
+        );
+        assert_eq!(wakes.count(), 1, "a read did not wake the waiting sender");
+        assert_eq!(wakes.poll(blocked), Poll::Ready(true));
     }
 
-    #[tokio::test]
-    async fn a_gone_reader_wakes_a_waiting_sender_and_refuses_more() {
+    #[test]
+    fn a_gone_reader_wakes_a_waiting_sender_and_refuses_more() {
         let (tx, rx) = pipe();
+        let wakes = Arc::new(Wakes::default());
         for _ in 0..CAPACITY {
-            assert!(tx.send(Bytes::from_static(b"x")).await);
+            let sent = wakes.poll(pin!(tx.send(Bytes::from_static(b"x"))));
+            assert_eq!(sent, Poll::Ready(true));
         }
-        let waiting = tokio::spawn(async move {
-            let sent = tx.send(Bytes::from_static(b"y")).await;
-            tx.closed().await;
-            sent
-        });
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut waiting = pin!(tx.send(Bytes::from_static(b"y")));
+        assert!(wakes.poll(waiting.as_mut()).is_pending());
         drop(rx);
-        let sent = tokio::time::timeout(Duration::from_secs(1), waiting)
-            .await
-            .expect("the sender woke")
-            .unwrap();
-        assert!(!sent);
+        assert_eq!(
+            wakes.count(),
+            1,
+            "the reader left without waking the sender"
+        );
+        assert_eq!(wakes.poll(waiting), Poll::Ready(false));
+        assert_eq!(wakes.poll(pin!(tx.closed())), Poll::Ready(()));
+        let refused = wakes.poll(pin!(tx.send(Bytes::from_static(b"z"))));
+        assert_eq!(refused, Poll::Ready(false));
     }
 }

@@ -1,5 +1,6 @@
 //! `rebound serve` against `rebound chaos` over real loopback sockets. Waits run in virtual
-//! time: the gateway's sleeper returns at once and records each wait.
+//! time: the gateway's sleeper returns at once and records each wait. A test that acts during
+//! a wait holds it open (`held`).
 
 #![allow(
     clippy::unwrap_used,
@@ -9,6 +10,7 @@
 )]
 
 mod front;
+mod held;
 mod http2;
 mod jobs;
 mod recovery;

@@ -1,7 +1,9 @@
 //! Invisible recovery before the first byte, honest endings after it (G2–G4, G6, D2).
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::held::{Held, Wait, Waits};
 use crate::{SIMPLE, anthropic_body, chaos, direct, gateway, openai_body, send};
 use rebound_chaos::Chaos;
 
@@ -316,12 +318,13 @@ async fn terminal_failures_are_relayed_at_once() {
     assert_eq!(chaos.attempts("default"), 1);
 }
 
-#[tokio::test]
-async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
-    use std::io::Write;
-    let chaos = chaos("503+retry-after:2, ok").await;
-    // Real time: the wait must still be running when the client goes.
-    let text = crate::SIMPLE
+/// How long a test waits for what a working gateway does at once, before it fails.
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// The simple config on the wall clock, its waits held open (they never end by themselves),
+/// with `idle` as the upstream idle timeout.
+async fn held_gateway(chaos: &Chaos, idle: Duration) -> (rebound_gateway::Server, Waits) {
+    let text = SIMPLE
         .replace("{openai}", &chaos.openai_base_url())
         .replace("{anthropic}", &chaos.anthropic_base_url());
     let config = rebound_gateway::load(
@@ -331,67 +334,103 @@ async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
         &[("CANARY_KEY", crate::CANARY)],
     )
     .unwrap();
+    let (held, waits) = Held::new();
     let gateway = rebound_gateway::Gateway::new(
         config,
-        rebound_runtime::HttpClient::new(crate::timeouts()).unwrap(),
-        std::sync::Arc::new(rebound_core::Catalogue::shipped().unwrap()),
-    );
+        rebound_runtime::HttpClient::new(rebound_runtime::Timeouts {
+            idle,
+            ..crate::timeouts()
+        })
+        .unwrap(),
+        Arc::new(rebound_core::Catalogue::shipped().unwrap()),
+    )
+    .with_time(Arc::new(rebound_runtime::SystemClock), held);
     let server = rebound_gateway::Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();
-    let addr = server.addr();
-    let body = crate::openai_body(false);
-    tokio::task::spawn_blocking(move || {
-        let mut stream = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            stream,
-            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        // The client gives up while rebound waits out the 2 s retry-after.
-    })
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    (server, waits)
+}
+
+/// Connects to `addr` and sends one POST of `body` to `path`, reading nothing.
+async fn post_raw(addr: std::net::SocketAddr, path: &str, body: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream
+}
+
+/// Returns once the metrics show `wanted`; fails after [`LIMIT`]. That the gateway noticed a
+/// client leaving mid-stream shows nowhere else (no wait ends, nothing is logged), so this
+/// looks again every few milliseconds: how long that takes changes no outcome, only how soon
+/// a broken build fails.
+async fn until_metrics_show(server: &rebound_gateway::Server, wanted: &str) {
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    loop {
+        let metrics = server.gateway().metrics_text();
+        if metrics.contains(wanted) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no `{wanted}` within {LIMIT:?}:\n{metrics}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
+    let chaos = chaos("503+retry-after:2, ok").await;
+    let (server, mut waits) = held_gateway(&chaos, crate::timeouts().idle).await;
+    let client = post_raw(
+        server.addr(),
+        "/v1/chat/completions",
+        &crate::openai_body(false),
+    )
+    .await;
+    // The first attempt failed and rebound waits out the retry-after: the client gives up.
+    let Wait::Started(step) = waits.next(LIMIT).await else {
+        panic!("a wait ended before it started")
+    };
+    drop(client);
+    assert_eq!(
+        waits.next(LIMIT).await,
+        Wait::Abandoned(step),
+        "the wait went on for a client that had left"
+    );
+    // The loop counts the request as ended in the same step that dropped the wait, and the
+    // gateway runs on this test's thread: the count is there now.
+    let metrics = server.gateway().metrics_text();
+    assert!(metrics.contains("outcome=\"client_gone\"} 1"), "{metrics}");
+    // The wait never ended, and a retry only follows a wait.
     assert_eq!(
         chaos.attempts("default"),
         1,
         "a retry went out for a client that had left"
     );
-    let metrics = server.gateway().metrics_text();
-    assert!(metrics.contains("outcome=\"client_gone\"} 1"), "{metrics}");
 }
 
 #[tokio::test]
 async fn a_client_that_leaves_mid_stream_is_not_retried_for() {
-    use std::io::{Read, Write};
-    let chaos = chaos("stall-after-2:1500, ok").await;
-    let g = gateway(SIMPLE, &chaos).await;
-    let addr = g.server.addr();
-    let body = anthropic_body(true);
-    tokio::task::spawn_blocking(move || {
-        let mut stream = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            stream,
-            "POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut first = [0u8; 512];
-        let n = stream.read(&mut first).unwrap();
-        assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
-        // The client leaves while the upstream is quiet, before the idle timeout.
-    })
-    .await
-    .unwrap();
-    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    use tokio::io::AsyncReadExt;
+    // The upstream goes quiet after two chunks for longer than any test runs, and the idle
+    // timeout is as long: only the client leaving can end this request in time.
+    let chaos = chaos("stall-after-2:60000, ok").await;
+    let (server, _waits) = held_gateway(&chaos, Duration::from_secs(60)).await;
+    let mut client = post_raw(server.addr(), "/v1/messages", &anthropic_body(true)).await;
+    let mut first = [0u8; 512];
+    let n = client.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).contains("200 OK"));
+    // The client leaves while the upstream is quiet.
+    drop(client);
+    until_metrics_show(&server, "outcome=\"client_gone\"} 1").await;
     assert_eq!(
         chaos.attempts("default"),
         1,
         "a retry went out for a client that had left"
     );
-    let metrics = g.server.gateway().metrics_text();
-    assert!(metrics.contains("outcome=\"client_gone\"} 1"), "{metrics}");
 }

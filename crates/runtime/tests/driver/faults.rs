@@ -5,13 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rebound_core::{Catalogue, Policy};
-use rebound_runtime::{Event, HttpClient, Outcome, Protocol, Runtime, Timeouts, TurnError};
+use rebound_runtime::{
+    Event, HttpClient, Outcome, Protocol, Runtime, SystemClock, Timeouts, TurnError,
+};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::held::{Held, Wait};
 use crate::{body, chaos, count, ends, errors, provider, run, runtime, timeouts, visible_text};
 
 const FULL: &str = "Hello from rebound chaos. You said: hi";
+
+/// How long a test waits for what a working build does at once, before it fails.
+const LIMIT: Duration = Duration::from_secs(10);
 
 /// Asserts a recovered request: the whole answer once, no error, one end, `attempts` sent.
 async fn recovers(script: &str, protocol: Protocol, stream: bool, attempts: u64) -> Vec<Event> {
@@ -154,28 +160,36 @@ async fn malformed_sse_is_replayed() {
 #[tokio::test]
 async fn an_abort_during_a_wait_sends_nothing_more() {
     let chaos = chaos("429+retry-after:20, ok").await;
-    // Real time: the wait must really be in progress when the abort comes.
+    // The wait never ends by itself: the abort comes while it is in progress.
+    let (held, mut waits) = Held::new();
     let runtime = Runtime::new(
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
         Arc::new(Policy::interactive()),
-    );
+    )
+    .with_time(Arc::new(SystemClock), held);
     let mut turn = runtime.session(vec![provider(&chaos, Protocol::OpenAi)]);
     let cancel = CancellationToken::new();
     let aborter = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+    let aborted = tokio::spawn(async move {
+        assert_eq!(
+            waits.next(LIMIT).await,
+            Wait::Started(Duration::from_secs(20))
+        );
         aborter.cancel();
+        waits.next(LIMIT).await
     });
     let mut events = Vec::new();
-    let started = tokio::time::Instant::now();
-    let result = turn.request(&body("hi"), true, &mut events, &cancel).await;
+    let result = tokio::time::timeout(LIMIT, turn.request(&body("hi"), true, &mut events, &cancel))
+        .await
+        .expect("the abort did not end the wait");
     assert_eq!(result, Err(TurnError::Aborted));
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
+    assert_eq!(
+        aborted.await.unwrap(),
+        Wait::Abandoned(Duration::from_secs(20)),
         "the wait was not cut short"
     );
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The wait never ended, and a retry only follows a wait: nothing more can have gone out.
     assert_eq!(
         chaos.attempts("default"),
         1,
@@ -194,19 +208,27 @@ async fn an_abort_during_a_wait_sends_nothing_more() {
 
 #[tokio::test]
 async fn an_abort_mid_stream_ends_the_request() {
-    let chaos = chaos("stall-after-1:3000, ok").await;
-    let (runtime, _) = runtime(Policy::interactive(), timeouts());
+    // The upstream stalls after the first chunk, and the idle timeout is as long, for longer
+    // than the test may take: only the abort can end the request in time. The consumer aborts
+    // as soon as that chunk's text reaches it.
+    let chaos = chaos("stall-after-1:60000, ok").await;
+    let idle = Duration::from_secs(60);
+    let (runtime, _) = runtime(Policy::interactive(), Timeouts { idle, ..timeouts() });
     let mut turn = runtime.session(vec![provider(&chaos, Protocol::Anthropic)]);
     let cancel = CancellationToken::new();
-    let aborter = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        aborter.cancel();
-    });
     let mut events = Vec::new();
-    let result = turn.request(&body("hi"), true, &mut events, &cancel).await;
+    let mut sink = |event: Event| {
+        if matches!(event, Event::Text { .. }) {
+            cancel.cancel();
+        }
+        events.push(event);
+    };
+    let result = tokio::time::timeout(LIMIT, turn.request(&body("hi"), true, &mut sink, &cancel))
+        .await
+        .expect("the abort did not end the stalled stream");
     assert_eq!(result, Err(TurnError::Aborted));
     assert_eq!(chaos.attempts("default"), 1);
+    assert_eq!(count(&events, |e| matches!(e, Event::Text { .. })), 1);
     assert_eq!((errors(&events), ends(&events)), (0, 1));
 }
 

@@ -1,5 +1,5 @@
 //! The driver against `rebound chaos` over real loopback sockets. Waits run in virtual time
-//! (recorded, not slept) unless a test needs a real wait to abort.
+//! (recorded, not slept); a test that acts during a wait holds it open (`held`).
 
 #![allow(
     clippy::unwrap_used,
@@ -9,6 +9,7 @@
 )]
 
 mod faults;
+mod held;
 mod schedules;
 
 use std::sync::Arc;
