@@ -17,7 +17,7 @@ use rebound_runtime::sse::{SseEvent, SseFramer};
 use rebound_runtime::Attempted;
 
 use super::downstream::{Downstream, Head};
-use super::headers::final_figures;
+use super::headers::{final_figures, kept_on_give_up};
 use super::outcome::{Attempt, Detail, failure};
 
 /// Relays one streaming attempt to the client.
@@ -258,6 +258,11 @@ impl Relay {
         let detail = Detail {
             error_forwarded: forwarded,
             upstream_error: None,
+            kept_headers: self
+                .headers
+                .as_ref()
+                .map(kept_on_give_up)
+                .unwrap_or_default(),
         };
         step.end = Some(Box::new(failure(
             evidence,

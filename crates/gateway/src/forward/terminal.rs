@@ -1,14 +1,18 @@
 //! The one terminal error of a request whose recovery stopped (G2, G4): before the commit
 //! point, one response shaped like the provider's own error; after it, the provider's own
 //! in-stream error event.
+//!
+//! The error is rebound's give-up (G10): it says `x-should-retry: false`, so a client's SDK
+//! does not run rebound's whole loop again, and keeps the failed attempt's `retry-after`,
+//! request id and rate-limit headers, so the client still learns when to come back.
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode, header};
+use http::{HeaderValue, StatusCode, header};
 use rebound_core::{Diagnostics, TransportKind};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::rebound_headers;
+use super::headers::{give_up, rebound_headers};
 use super::outcome::FailedAttempt;
 use crate::config::Candidate;
 use crate::shape;
@@ -44,16 +48,16 @@ pub(super) async fn terminal(
         }
         return;
     }
-    let (status, body) = match &failed.detail.upstream_error {
+    let FailedAttempt {
+        evidence, detail, ..
+    } = failed;
+    let (status, body) = match &detail.upstream_error {
         Some((status, body)) => (
             *status,
             shape::with_diagnostics(protocol, body, diagnostics),
         ),
         None => {
-            let status = match (
-                failed.evidence.sse_event.as_deref(),
-                failed.evidence.transport,
-            ) {
+            let status = match (evidence.sse_event.as_deref(), evidence.transport) {
                 (Some("overloaded_error"), _) => 529,
                 (Some(kind), _) if kind.contains("rate_limit") => 429,
                 (
@@ -66,8 +70,7 @@ pub(super) async fn terminal(
                 ) => 504,
                 _ => 502,
             };
-            let kind = failed
-                .evidence
+            let kind = evidence
                 .sse_event
                 .clone()
                 .unwrap_or_else(|| shape::kind_for(protocol, class, Some(status)).to_owned());
@@ -82,11 +85,12 @@ pub(super) async fn terminal(
             )
         }
     };
-    let mut headers = HeaderMap::new();
+    let mut headers = detail.kept_headers;
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    give_up(&mut headers);
     rebound_headers(&mut headers, attempts, candidate, &request.route);
     down.respond(Head {
         status,

@@ -12,7 +12,7 @@ use rebound_runtime::http::{TransportFailure, read_whole};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::{HOP_BY_HOP, rebound_headers, relayable};
+use super::headers::{HOP_BY_HOP, kept_on_give_up, rebound_headers, relayable};
 use super::outcome::{Attempt, Detail, failure};
 use super::relay::{Relay, relay};
 use crate::config::Candidate;
@@ -102,6 +102,7 @@ pub(super) async fn attempt(
         let detail = Detail {
             error_forwarded: false,
             upstream_error: Some((parts.status, bytes)),
+            kept_headers: kept_on_give_up(&parts.headers),
         };
         return failure(evidence, false, false, detail);
     }

@@ -9,6 +9,7 @@
 )]
 
 mod front;
+mod give_up;
 mod http2;
 mod jobs;
 mod recovery;
