@@ -18,6 +18,9 @@ pub(crate) enum Body {
     Whole(Option<Bytes>),
     /// Chunks as the sender sends them.
     Stream(pipe::Receiver),
+    /// An upstream's body, relayed as it arrives (pass-through, G8). A failure aborts the
+    /// client's response rather than ending it cleanly.
+    Upstream(rebound_runtime::http::ResponseBody),
 }
 
 impl Body {
@@ -40,11 +43,18 @@ impl hyper::body::Body for Body {
             Body::Stream(rx) => rx
                 .poll_recv(cx)
                 .map(|bytes| bytes.map(|bytes| Ok(Frame::data(bytes)))),
+            Body::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx).map(|frame| {
+                frame.map(|frame| frame.map_err(|failure| std::io::Error::other(failure.message)))
+            }),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Whole(None))
+        match self {
+            Body::Whole(bytes) => bytes.is_none(),
+            Body::Stream(_) => false,
+            Body::Upstream(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -53,6 +63,7 @@ impl hyper::body::Body for Body {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
             Body::Stream(_) => SizeHint::default(),
+            Body::Upstream(body) => body.size_hint(),
         }
     }
 }
