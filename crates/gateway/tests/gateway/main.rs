@@ -8,6 +8,7 @@
     reason = "test code fails loudly"
 )]
 
+mod caller;
 mod front;
 mod http2;
 mod jobs;
