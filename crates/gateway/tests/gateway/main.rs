@@ -12,6 +12,7 @@ mod caller;
 mod front;
 mod http2;
 mod jobs;
+mod passthrough;
 mod recovery;
 mod soak;
 
