@@ -15,7 +15,7 @@ use rebound_runtime::{Attempted, Failed, Flow, Host, Report};
 use super::{Forwarded, upstream_uri};
 use crate::config::{Candidate, Route};
 use crate::forward::{forwarded_headers, rebound_headers, relayable};
-use crate::reply::{Body, full};
+use crate::reply::{Body, Relayed, full};
 use crate::shape;
 use crate::state::Gateway;
 
@@ -154,7 +154,8 @@ impl Host for PassHost {
                 }),
             });
         }
-        let mut response = Response::new(Body::Upstream(body));
+        let idle = self.gateway.client.timeouts().idle;
+        let mut response = Response::new(Body::Upstream(Box::new(Relayed::new(body, idle))));
         *response.status_mut() = parts.status;
         *response.headers_mut() = relayable(&parts.headers, false);
         self.headed(&mut response, &candidate, attempt);

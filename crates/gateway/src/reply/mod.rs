@@ -2,6 +2,9 @@
 //! the small responses every part builds (`full`, and errors in the caller's protocol shape).
 
 pub(crate) mod pipe;
+mod relayed;
+
+pub(crate) use relayed::Relayed;
 
 use std::task::Poll;
 
@@ -20,7 +23,7 @@ pub(crate) enum Body {
     Stream(pipe::Receiver),
     /// An upstream's body, relayed as it arrives (pass-through, G8). A failure aborts the
     /// client's response rather than ending it cleanly.
-    Upstream(rebound_runtime::http::ResponseBody),
+    Upstream(Box<Relayed>),
 }
 
 impl Body {
@@ -43,9 +46,7 @@ impl hyper::body::Body for Body {
             Body::Stream(rx) => rx
                 .poll_recv(cx)
                 .map(|bytes| bytes.map(|bytes| Ok(Frame::data(bytes)))),
-            Body::Upstream(body) => std::pin::Pin::new(body).poll_frame(cx).map(|frame| {
-                frame.map(|frame| frame.map_err(|failure| std::io::Error::other(failure.message)))
-            }),
+            Body::Upstream(body) => body.poll_frame(cx),
         }
     }
 

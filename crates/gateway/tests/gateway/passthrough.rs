@@ -189,3 +189,22 @@ async fn keys_never_leak_from_a_passed_through_request() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_provider_gone_quiet_mid_body_aborts_the_response() {
+    use http_body_util::BodyExt;
+    // One chunk, then five seconds of silence: ten times the idle timeout.
+    let chaos = chaos("stall-after-1:5000").await;
+    let g = gateway(SCRIPTED, &chaos).await;
+    let client = rebound_runtime::HttpClient::new(crate::timeouts()).unwrap();
+    let request = http::Request::post(format!("http://{}/v1/completions", g.server.addr()))
+        .header("content-type", "application/json")
+        .body(bytes::Bytes::from(openai_body(true)))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let started = std::time::Instant::now();
+    let body = response.into_body().collect().await;
+    assert!(body.is_err(), "the body ended cleanly");
+    assert!(started.elapsed() < std::time::Duration::from_secs(4));
+}
