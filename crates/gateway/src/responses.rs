@@ -232,6 +232,67 @@ mod tests {
     }
 
     #[test]
+    fn a_continued_response_stays_at_the_base_url_that_holds_it() {
+        let text = r#"
+[[candidate]]
+id = "a1"
+protocol = "openai"
+base_url = "https://a.example/v1"
+
+[[candidate]]
+id = "b"
+protocol = "openai"
+base_url = "https://b.example/v1"
+
+[[candidate]]
+id = "a2"
+protocol = "openai"
+base_url = "https://a.example/v1"
+model = "other"
+
+[[route]]
+id = "main"
+models = ["*"]
+candidates = ["a1", "b", "a2"]
+"#;
+        let config = crate::config::load(
+            "test",
+            text,
+            &crate::config::Overrides::default(),
+            &crate::config::ProcessEnv,
+        )
+        .unwrap();
+        let client =
+            rebound_runtime::HttpClient::new(rebound_runtime::Timeouts::default()).unwrap();
+        let catalogue = Arc::new(rebound_core::Catalogue::shipped().unwrap());
+        let gateway = Gateway::new(config, client, catalogue);
+        let route = gateway.config.route("m", Protocol::OpenAi).unwrap();
+        let ids = |route: &Route| {
+            route
+                .candidates
+                .iter()
+                .map(|c| c.id.clone())
+                .collect::<Vec<_>>()
+        };
+
+        // Unknown: the route's first candidate's base URL.
+        assert_eq!(ids(&pinned(&gateway, &route, "resp_unknown")), ["a1", "a2"]);
+        // Made by `b`: only `b`, never a fallback to the other provider.
+        gateway.responses.remember("resp_b", &route.candidates[1]);
+        assert_eq!(ids(&pinned(&gateway, &route, "resp_b")), ["b"]);
+        // Made by a candidate this route no longer has: that candidate alone.
+        let elsewhere = gateway.config.route("m", Protocol::OpenAi).unwrap();
+        let other = Route::of_one("x", Arc::clone(&elsewhere.candidates[1]));
+        let only_a = Arc::new(
+            route
+                .only(|c| c.base_url.starts_with("https://a."))
+                .unwrap(),
+        );
+        gateway.responses.remember("resp_b2", &other.candidates[0]);
+        assert_eq!(ids(&pinned(&gateway, &only_a, "resp_b2")), ["b"]);
+    }
+
+    #[test]
     fn the_memory_forgets_its_oldest_ids_first() {
         let config = crate::config::load(
             "test",
