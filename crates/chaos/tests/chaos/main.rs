@@ -7,7 +7,11 @@
     reason = "test code fails loudly"
 )]
 
+mod record;
 mod responses;
+mod thinking;
+mod tokens;
+mod tools;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
