@@ -1,14 +1,26 @@
-//! The two provider protocols: how a request is sent and how its answer is read.
+//! The two provider protocols and their three APIs: how a request is sent and what an answer
+//! or a stream event means.
 //!
 //! Requests are protocol-native JSON bodies (what the official SDKs send): rebound sets only
 //! `model` and `stream`. Answers are read into one [`ModelResponse`], and a stream into
-//! [`StreamItem`]s, from which the runtime learns the commit point (the first content-bearing
-//! event) and in-stream errors.
+//! [`StreamItem`]s, from which the runtime and the gateway learn the commit point (the first
+//! content-bearing event) and in-stream errors. Each API's reader is its own module:
+//! [`chat`] (Chat Completions), [`messages`] (Anthropic Messages), [`responses`] (the
+//! Responses API).
+//!
+//! Content is what a person watching the stream would see change: text, thinking and
+//! reasoning, refusals, tool-call arguments, server-tool blocks (G9). Bookkeeping before it
+//! (a message start, a role-only chunk, an empty block or item, a tool call's name whose
+//! arguments have not begun) is preamble, held back by a gateway so a retry stays invisible.
 
 use bytes::Bytes;
 use http::{HeaderValue, Request, header};
 use serde::Serialize;
 use serde_json::Value;
+
+mod chat;
+mod messages;
+mod responses;
 
 /// Which API a provider speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -109,7 +121,7 @@ impl std::fmt::Debug for Provider {
 /// A tool call the model asked for. The runtime never runs it: the caller does, once.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct ToolCall {
-    /// The provider's call id.
+    /// The provider's call id (the Responses API's `call_id`).
     pub id: String,
     /// The tool.
     pub name: String,
@@ -122,19 +134,43 @@ pub struct ToolCall {
 pub struct ModelResponse {
     /// The visible assistant message id; the same across replays (R2).
     pub message_id: String,
-    /// The text.
+    /// The text (a refusal included: it is the model's answer).
     pub text: String,
+    /// The thinking or reasoning text the provider showed (summaries included).
+    pub reasoning: String,
     /// The tool calls.
     pub tool_calls: Vec<ToolCall>,
-    /// Why the model stopped (`stop`, `end_turn`, `tool_calls`, `tool_use` …).
+    /// Why the model stopped (`stop`, `end_turn`, `tool_calls`, `tool_use`, `completed`,
+    /// `max_output_tokens` …).
     pub stop_reason: Option<String>,
 }
 
 impl ModelResponse {
-    /// True when there is neither text nor a tool call.
+    /// True when there is neither text, reasoning nor a tool call. A response with only
+    /// reasoning (a model stopped at its token limit while thinking) is an answer (G9).
     pub fn is_empty(&self) -> bool {
-        self.text.is_empty() && self.tool_calls.is_empty()
+        self.text.is_empty() && self.reasoning.is_empty() && self.tool_calls.is_empty()
     }
+}
+
+/// Why a body with a success status is not an answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AnswerError {
+    /// The body is not the API's JSON.
+    #[error("the body is not the API's JSON")]
+    NotJson,
+    /// The body is JSON, but not an answer of the API (a field it needs is missing).
+    #[error("the answer has no `{0}`")]
+    Missing(&'static str),
+    /// The provider says the answer failed (the Responses API's `status: "failed"` with its
+    /// `error`); `kind` is its error code, which the catalogue classifies like an in-stream
+    /// error event's.
+    #[error("the provider reports a failed response ({kind})")]
+    Failed {
+        /// The error's code (`server_error`, `rate_limit_exceeded` …).
+        kind: String,
+    },
 }
 
 impl Provider {
@@ -178,56 +214,31 @@ impl Provider {
         builder.body(Bytes::from(body.to_string()))
     }
 
-    /// Reads a whole (non-streaming) response body.
+    /// Reads a whole (non-streaming) response body of the protocol's first API.
     pub fn parse_complete(&self, body: &[u8]) -> Option<ModelResponse> {
-        let value: Value = serde_json::from_slice(body).ok()?;
-        let mut response = ModelResponse::default();
-        match self.protocol {
-            Protocol::OpenAi => {
-                let choice = value.pointer("/choices/0")?;
-                let message = choice.get("message")?;
-                response.text = message
-                    .get("content")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                for call in message
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .map(Vec::as_slice)
-                    .unwrap_or_default()
-                {
-                    response.tool_calls.push(ToolCall {
-                        id: str_at(call, "/id"),
-                        name: str_at(call, "/function/name"),
-                        arguments: str_at(call, "/function/arguments"),
-                    });
-                }
-                response.stop_reason = choice
-                    .get("finish_reason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-            }
-            Protocol::Anthropic => {
-                for block in value.get("content")?.as_array()? {
-                    match block.get("type").and_then(Value::as_str) {
-                        Some("text") => response.text.push_str(&str_at(block, "/text")),
-                        Some("tool_use") => response.tool_calls.push(ToolCall {
-                            id: str_at(block, "/id"),
-                            name: str_at(block, "/name"),
-                            arguments: block.get("input").map(Value::to_string).unwrap_or_default(),
-                        }),
-                        _ => {}
-                    }
-                }
-                response.stop_reason = value
-                    .get("stop_reason")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-            }
-        }
-        Some(response)
+        parse_answer(Api::native(self.protocol), body).ok()
     }
+}
+
+/// Reads a whole (non-streaming) answer of an API.
+pub fn parse_answer(api: Api, body: &[u8]) -> Result<ModelResponse, AnswerError> {
+    let value: Value = serde_json::from_slice(body).map_err(|_| AnswerError::NotJson)?;
+    match api {
+        Api::ChatCompletions => chat::answer(&value),
+        Api::Messages => messages::answer(&value),
+        Api::Responses => responses::answer(&value),
+    }
+}
+
+/// The failure a whole answer with a success status reports, if it reports one: the Responses
+/// API's `status: "failed"` object. Other APIs' answers report failures with an error status,
+/// so this reads (and parses) only a Responses answer.
+pub fn answer_failure(api: Api, body: &[u8]) -> Option<AnswerError> {
+    if api != Api::Responses {
+        return None;
+    }
+    let value: Value = serde_json::from_slice(body).ok()?;
+    responses::failure(&value)
 }
 
 fn str_at(value: &Value, pointer: &str) -> String {
@@ -238,17 +249,36 @@ fn str_at(value: &Value, pointer: &str) -> String {
         .to_owned()
 }
 
+fn index_at(value: &Value, key: &str) -> usize {
+    value
+        .get(key)
+        .and_then(Value::as_u64)
+        .and_then(|i| usize::try_from(i).ok())
+        .unwrap_or(0)
+}
+
 /// What one stream event means.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StreamItem {
     /// Protocol bookkeeping before any content (`message_start`, `ping`, an empty
-    /// `content_block_start`, an OpenAI role-only chunk). Not a commit point.
+    /// `content_block_start`, an OpenAI role-only chunk, `response.created`, an empty
+    /// output item). Not a commit point.
     Preamble,
     /// Text.
     Text(String),
-    /// A tool call begins (content: commits the stream).
+    /// Thinking or reasoning text (Anthropic `thinking_delta`, OpenAI-compatible
+    /// `reasoning_content` / `reasoning`, Responses reasoning deltas). Content (G9).
+    Reasoning(String),
+    /// A refusal's text (Chat Completions `refusal`, `response.refusal.delta`). Content.
+    Refusal(String),
+    /// Content with no text the runtime keeps: a thinking signature, redacted thinking, a
+    /// server tool's block, a citation, an encrypted reasoning item, audio, or a kind of
+    /// delta this reader does not know. It commits the stream like text (G9).
+    Opaque,
+    /// A tool call begins: its id and name, before its arguments. Not a commit point by
+    /// itself (its first argument fragment is), but it makes a complete stream an answer.
     ToolCallStart {
-        /// Position among the response's tool calls.
+        /// Position among the response's tool calls (the Responses API's `output_index`).
         index: usize,
         /// The call id.
         id: String,
@@ -264,12 +294,16 @@ pub enum StreamItem {
     },
     /// The stop reason.
     Stop(String),
-    /// The stream is complete.
+    /// The stream is complete (`[DONE]`, `message_stop`, `response.completed`,
+    /// `response.incomplete`).
     Done,
-    /// An in-stream error event with its error type.
+    /// An in-stream error event with its error type or code, which the catalogue classifies.
     Error {
-        /// `overloaded_error`, `server_error` …
+        /// `overloaded_error`, `server_error`, `rate_limit_exceeded` …
         kind: String,
+        /// The event ends the stream in the protocol's terms. A Responses `error` event does
+        /// not: clients (Codex) wait for `response.failed`.
+        ends_stream: bool,
     },
     /// Data that does not parse as the protocol's JSON.
     Malformed,
@@ -279,215 +313,98 @@ impl StreamItem {
     /// True for the items that put content in front of a consumer: the commit point.
     pub fn is_content(&self) -> bool {
         match self {
-            StreamItem::Text(text) => !text.is_empty(),
-            StreamItem::ToolCallStart { .. } | StreamItem::ToolArguments { .. } => true,
+            StreamItem::Text(text) | StreamItem::Reasoning(text) | StreamItem::Refusal(text) => {
+                !text.is_empty()
+            }
+            StreamItem::ToolArguments { fragment, .. } => !fragment.is_empty(),
+            StreamItem::Opaque => true,
             _ => false,
+        }
+    }
+}
+
+/// The response a Responses stream announced (`response.created`): what a gateway needs to
+/// end the stream with a `response.failed` event of the same response.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResponseHead {
+    /// `resp_…`.
+    pub id: String,
+    /// Unix seconds.
+    pub created_at: Option<i64>,
+    /// The model that answers.
+    pub model: String,
+}
+
+/// One stream event read: its items, and where it stands in its stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EventReading {
+    /// What it means.
+    pub items: Vec<StreamItem>,
+    /// The Responses API's `sequence_number`: events a gateway writes itself follow it.
+    pub sequence_number: Option<u64>,
+    /// The response a Responses stream's `response.created` / `response.in_progress`
+    /// announced.
+    pub response: Option<ResponseHead>,
+}
+
+impl EventReading {
+    fn items(items: Vec<StreamItem>) -> Self {
+        EventReading {
+            items,
+            ..EventReading::default()
         }
     }
 }
 
 /// Reads one SSE event of an API's stream into items.
 pub fn stream_items(api: Api, event: &str, data: &str) -> Vec<StreamItem> {
-    if api == Api::ChatCompletions && data.trim() == "[DONE]" {
-        return vec![StreamItem::Done];
+    read_event(api, event, data).items
+}
+
+/// Reads one SSE event of an API's stream: its items and its place in the stream.
+pub fn read_event(api: Api, event: &str, data: &str) -> EventReading {
+    let trimmed = data.trim();
+    if api != Api::Messages && trimmed == "[DONE]" {
+        return EventReading::items(vec![StreamItem::Done]);
+    }
+    // An event with a name and no data (`event: keepalive`) carries nothing.
+    if trimmed.is_empty() {
+        return EventReading::items(vec![StreamItem::Preamble]);
     }
     let Ok(value) = serde_json::from_str::<Value>(data) else {
-        return vec![StreamItem::Malformed];
+        return EventReading::items(vec![StreamItem::Malformed]);
     };
-    if let Some(error) = value.get("error").filter(|e| e.is_object()) {
-        let kind = error
+    let kind = if event.is_empty() {
+        value
             .get("type")
             .and_then(Value::as_str)
-            .or_else(|| error.get("code").and_then(Value::as_str))
-            .unwrap_or("error")
-            .to_owned();
-        return vec![StreamItem::Error { kind }];
-    }
+            .unwrap_or_default()
+    } else {
+        event
+    };
     match api {
-        Api::ChatCompletions => openai_items(&value),
-        // Read by the Responses API's own reader once it is served.
-        Api::Responses => vec![StreamItem::Preamble],
-        Api::Messages => {
-            let kind = if event.is_empty() {
-                value
+        Api::Responses => responses::read(kind, &value),
+        Api::ChatCompletions | Api::Messages => {
+            if let Some(error) = value.get("error").filter(|e| e.is_object()) {
+                let kind = error
                     .get("type")
                     .and_then(Value::as_str)
-                    .unwrap_or_default()
-            } else {
-                event
-            };
-            anthropic_items(kind, &value)
-        }
-    }
-}
-
-fn openai_items(value: &Value) -> Vec<StreamItem> {
-    let Some(choice) = value.pointer("/choices/0") else {
-        return vec![StreamItem::Preamble];
-    };
-    let mut items = Vec::new();
-    let delta = choice.get("delta");
-    if let Some(text) = delta.and_then(|d| d.get("content")).and_then(Value::as_str)
-        && !text.is_empty()
-    {
-        items.push(StreamItem::Text(text.to_owned()));
-    }
-    for call in delta
-        .and_then(|d| d.get("tool_calls"))
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-    {
-        let index = call
-            .get("index")
-            .and_then(Value::as_u64)
-            .and_then(|i| usize::try_from(i).ok())
-            .unwrap_or(0);
-        if let Some(name) = call.pointer("/function/name").and_then(Value::as_str) {
-            items.push(StreamItem::ToolCallStart {
-                index,
-                id: str_at(call, "/id"),
-                name: name.to_owned(),
-            });
-        }
-        if let Some(fragment) = call.pointer("/function/arguments").and_then(Value::as_str)
-            && !fragment.is_empty()
-        {
-            items.push(StreamItem::ToolArguments {
-                index,
-                fragment: fragment.to_owned(),
-            });
-        }
-    }
-    if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-        items.push(StreamItem::Stop(reason.to_owned()));
-    }
-    if items.is_empty() {
-        items.push(StreamItem::Preamble);
-    }
-    items
-}
-
-fn anthropic_items(kind: &str, value: &Value) -> Vec<StreamItem> {
-    let index = value
-        .get("index")
-        .and_then(Value::as_u64)
-        .and_then(|i| usize::try_from(i).ok())
-        .unwrap_or(0);
-    match kind {
-        "content_block_start" => {
-            let block = value.get("content_block");
-            match block.and_then(|b| b.get("type")).and_then(Value::as_str) {
-                Some("tool_use") => vec![StreamItem::ToolCallStart {
-                    index,
-                    id: block.map(|b| str_at(b, "/id")).unwrap_or_default(),
-                    name: block.map(|b| str_at(b, "/name")).unwrap_or_default(),
-                }],
-                Some("text") => {
-                    let text = block.map(|b| str_at(b, "/text")).unwrap_or_default();
-                    if text.is_empty() {
-                        vec![StreamItem::Preamble]
-                    } else {
-                        vec![StreamItem::Text(text)]
-                    }
-                }
-                _ => vec![StreamItem::Preamble],
+                    .or_else(|| error.get("code").and_then(Value::as_str))
+                    .unwrap_or("error")
+                    .to_owned();
+                return EventReading::items(vec![StreamItem::Error {
+                    kind,
+                    ends_stream: true,
+                }]);
             }
+            EventReading::items(if api == Api::Messages {
+                messages::items(kind, &value)
+            } else {
+                chat::items(&value)
+            })
         }
-        "content_block_delta" => match value.pointer("/delta/type").and_then(Value::as_str) {
-            Some("text_delta") => vec![StreamItem::Text(str_at(value, "/delta/text"))],
-            Some("input_json_delta") => vec![StreamItem::ToolArguments {
-                index,
-                fragment: str_at(value, "/delta/partial_json"),
-            }],
-            _ => vec![StreamItem::Preamble],
-        },
-        "message_delta" => value
-            .pointer("/delta/stop_reason")
-            .and_then(Value::as_str)
-            .map_or_else(
-                || vec![StreamItem::Preamble],
-                |r| vec![StreamItem::Stop(r.to_owned())],
-            ),
-        "message_stop" => vec![StreamItem::Done],
-        _ => vec![StreamItem::Preamble],
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn openai_role_chunk_is_preamble_and_content_commits() {
-        let role = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
-        assert_eq!(
-            stream_items(Api::ChatCompletions, "", role),
-            vec![StreamItem::Preamble]
-        );
-        let text = r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#;
-        let items = stream_items(Api::ChatCompletions, "", text);
-        assert!(items[0].is_content());
-        assert_eq!(
-            stream_items(Api::ChatCompletions, "", "[DONE]"),
-            vec![StreamItem::Done]
-        );
-        let err = r#"{"error":{"message":"boom","type":"server_error"}}"#;
-        assert_eq!(
-            stream_items(Api::ChatCompletions, "", err),
-            vec![StreamItem::Error {
-                kind: "server_error".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn anthropic_preambles_and_errors() {
-        for (event, data) in [
-            (
-                "message_start",
-                r#"{"type":"message_start","message":{"id":"m"}}"#,
-            ),
-            ("ping", r#"{"type":"ping"}"#),
-            (
-                "content_block_start",
-                r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
-            ),
-        ] {
-            assert_eq!(
-                stream_items(Api::Messages, event, data),
-                vec![StreamItem::Preamble],
-                "{event}"
-            );
-        }
-        let err = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-        assert_eq!(
-            stream_items(Api::Messages, "error", err),
-            vec![StreamItem::Error {
-                kind: "overloaded_error".into()
-            }]
-        );
-        assert_eq!(
-            stream_items(Api::Messages, "", "{not json"),
-            vec![StreamItem::Malformed]
-        );
-    }
-
-    #[test]
-    fn keys_are_sent_sensitive_and_never_debug_printed() {
-        let p = Provider {
-            protocol: Protocol::Anthropic,
-            base_url: "http://127.0.0.1:1".into(),
-            api_key: Some("sk-ant-secret-canary".into()),
-            model: "m".into(),
-            name: "anthropic".into(),
-        };
-        assert!(!format!("{p:?}").contains("canary"));
-        let req = p
-            .request(&serde_json::json!({"messages": []}), true)
-            .unwrap();
-        assert!(req.headers()["x-api-key"].is_sensitive());
-        assert_eq!(req.uri().path(), "/v1/messages");
-        assert!(!format!("{:?}", req.headers()).contains("canary"));
-    }
-}
+mod tests;
