@@ -8,9 +8,11 @@
     reason = "test code fails loudly"
 )]
 
+mod caller;
 mod front;
 mod http2;
 mod jobs;
+mod passthrough;
 mod recovery;
 mod soak;
 
