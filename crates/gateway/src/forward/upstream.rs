@@ -9,6 +9,7 @@ use rebound_runtime::attempt::{
     ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
 use rebound_runtime::http::{TransportFailure, read_whole};
+use rebound_runtime::provider::{AnswerError, answer_failure};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
@@ -85,8 +86,8 @@ pub(super) async fn attempt(
         };
         let evidence = response_evidence(&candidate.provider, parts.status, &parts.headers, &bytes);
         let detail = Detail {
-            error_forwarded: false,
             upstream_error: Some((parts.status, bytes)),
+            ..Detail::default()
         };
         return failure(evidence, false, false, detail);
     }
@@ -116,6 +117,20 @@ pub(super) async fn attempt(
                 ),
             };
             return transport_failure(candidate, failure);
+        }
+        // A Responses answer can say it failed in a success (`status: "failed"`): classified
+        // by its error code like the stream's `response.failed`, and relayed as sent if
+        // recovery stops.
+        if let Some(AnswerError::Failed { kind }) = answer_failure(request.api, &bytes) {
+            let evidence = rebound_core::Evidence {
+                sse_event: Some(kind),
+                ..response_evidence(&candidate.provider, status, &headers, &bytes)
+            };
+            let detail = Detail {
+                upstream_error: Some((status, bytes)),
+                ..Detail::default()
+            };
+            return failure(evidence, false, false, detail);
         }
         headers.remove(header::CONTENT_LENGTH);
         return if down.respond(Head {
