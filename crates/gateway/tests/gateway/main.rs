@@ -14,7 +14,9 @@ mod http2;
 mod jobs;
 mod passthrough;
 mod recovery;
+mod responses;
 mod soak;
+mod tokens;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
