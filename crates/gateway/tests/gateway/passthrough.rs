@@ -236,6 +236,9 @@ candidates = ["oa", "an"]
     assert_eq!(to_openai.status, 200, "{}", to_openai.text());
     assert_eq!(anthropic.attempts("claude-code"), 1);
     assert_eq!(openai.attempts("codex"), 1);
+    // Served paths keep their query strings too (Claude Code sends `?beta=true`).
+    assert_eq!(anthropic.requests()[0].path, "/v1/messages?beta=true");
+    assert_eq!(openai.requests()[0].path, "/v1/chat/completions?trace=1");
 
     // A path outside `/v1`, passed through: each caller reads its own provider's counters.
     let anthropic_counts = send(
