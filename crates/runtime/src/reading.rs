@@ -162,7 +162,8 @@ impl Stream<'_> {
             self.phase = Phase::Stream;
         }
         match item {
-            StreamItem::Text(text) => {
+            // A refusal is the model's visible answer, read like text.
+            StreamItem::Text(text) | StreamItem::Refusal(text) => {
                 if !text.is_empty() {
                     self.delivered = true;
                     self.response.text.push_str(&text);
@@ -172,6 +173,7 @@ impl Stream<'_> {
                     });
                 }
             }
+            StreamItem::Reasoning(text) => self.response.reasoning.push_str(&text),
             StreamItem::ToolCallStart { index, id, name } => {
                 let call = tool_call(&mut self.response.tool_calls, index);
                 call.id = id;
@@ -183,7 +185,7 @@ impl Stream<'_> {
                     .push_str(&fragment);
             }
             StreamItem::Stop(reason) => self.response.stop_reason = Some(reason),
-            StreamItem::Error { kind } => {
+            StreamItem::Error { kind, .. } => {
                 return Some(Read::Failed {
                     evidence: Evidence {
                         provider: Some(self.provider.name.clone()),
@@ -201,6 +203,12 @@ impl Stream<'_> {
                 return Some(self.broken(TransportKind::BodyDecode, message));
             }
             StreamItem::Done => {
+                // Argument fragments of a block that is no tool call of the caller's (an
+                // Anthropic server tool's input) and the Responses API's output positions
+                // of other items leave calls without a name.
+                self.response
+                    .tool_calls
+                    .retain(|call| !call.name.is_empty());
                 if self.response.is_empty() {
                     return Some(Read::Failed {
                         evidence: Evidence {
@@ -215,7 +223,7 @@ impl Stream<'_> {
                 }
                 return Some(Read::Response(std::mem::take(&mut self.response)));
             }
-            StreamItem::Preamble => {}
+            StreamItem::Preamble | StreamItem::Opaque => {}
         }
         None
     }

@@ -7,9 +7,10 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::config::{Candidate, Route};
+use crate::state::Gateway;
 
 /// Request headers never forwarded upstream.
-pub(super) const HOP_BY_HOP: [&str; 11] = [
+const HOP_BY_HOP: [&str; 11] = [
     "host",
     "content-length",
     "connection",
@@ -22,6 +23,38 @@ pub(super) const HOP_BY_HOP: [&str; 11] = [
     "upgrade",
     "accept-encoding",
 ];
+
+/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
+const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+
+/// The client's request headers as they go to `candidate`: without hop-by-hop headers and
+/// rebound's own (`x-rebound-*`), with the candidate's `Host` and credential. The client's
+/// credential goes along only when the candidate has no key of its own and no gateway key is
+/// configured (then it is the provider's key, not rebound's).
+pub(crate) fn forwarded_headers(
+    headers: &mut HeaderMap,
+    client: &HeaderMap,
+    candidate: &Candidate,
+    gateway: &Gateway,
+) {
+    let strip_auth = candidate.api_key.is_some() || !gateway.config.gateway_keys.is_empty();
+    // Room for the client's headers and the few added here, so the map grows at most once.
+    headers.reserve(client.len() + 4);
+    for (name, value) in client {
+        let name_str = name.as_str();
+        if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
+            continue;
+        }
+        if strip_auth && AUTH_HEADERS.contains(&name_str) {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    if let Some(host) = candidate.host() {
+        headers.insert(header::HOST, host);
+    }
+    candidate.authorize(headers);
+}
 
 /// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
 /// they will wait for a stream's commit point.
@@ -122,7 +155,7 @@ const REBOUND_HEADERS: [(&str, &str); 3] = [
 ];
 
 /// `x-rebound-attempts`, `x-rebound-candidate` and `x-rebound-route-id` (G6).
-pub(super) fn rebound_headers(
+pub(crate) fn rebound_headers(
     headers: &mut HeaderMap,
     attempts: u32,
     candidate: &Candidate,

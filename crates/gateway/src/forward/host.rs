@@ -125,7 +125,13 @@ impl Host for LiveHost {
             return Attempted::Ended;
         };
         self.candidate = candidate;
-        upstream::attempt(&self.request, &chosen, &mut self.down, attempt).await
+        let attempted = upstream::attempt(&self.request, &chosen, &mut self.down, attempt).await;
+        // A response the client has seen the id of lives at this candidate, whatever became
+        // of the attempt afterwards.
+        if let Some(id) = self.down.watch.as_mut().and_then(|w| w.take()) {
+            self.request.gateway.responses.remember(&id, &chosen);
+        }
+        attempted
     }
 
     async fn wait(&mut self, failed: &FailedAttempt, wait: &Wait, attempt: u32) -> Flow {

@@ -9,6 +9,7 @@
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use rebound_core::{Diagnostics, TransportKind};
+use rebound_runtime::Api;
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
@@ -16,6 +17,41 @@ use super::headers::{give_up, rebound_headers};
 use super::outcome::FailedAttempt;
 use crate::config::Candidate;
 use crate::shape;
+
+/// How a committed stream ends after a failure (G4): with the protocol's own in-stream error
+/// event, unless the upstream's already ended it. A Responses stream ends with `error` and
+/// `response.failed` events numbered after the last one its client received (G7).
+pub(super) fn stream_end(
+    api: Api,
+    failed: &FailedAttempt,
+    diagnostics: &Diagnostics,
+) -> Option<Bytes> {
+    if failed.detail.error_forwarded {
+        return None;
+    }
+    let protocol = api.protocol();
+    let kind = failed.evidence.sse_event.clone().unwrap_or_else(|| {
+        shape::kind_for(protocol, diagnostics.class, diagnostics.provider_status).to_owned()
+    });
+    let message = diagnostics
+        .error
+        .clone()
+        .unwrap_or_else(|| "rebound: the upstream stream failed".to_owned());
+    Some(match api {
+        Api::Responses => {
+            let position = failed.detail.position.as_deref();
+            let place = shape::ResponsesPlace {
+                sequence_number: position.and_then(|p| p.sequence_number),
+                response: position.and_then(|p| p.response.as_ref()),
+                error_event_sent: position.is_some_and(|p| p.error_event_sent),
+            };
+            shape::responses_failure(&kind, &message, place, Some(diagnostics))
+        }
+        Api::ChatCompletions | Api::Messages => {
+            shape::stream_error(protocol, &kind, &message, Some(diagnostics))
+        }
+    })
+}
 
 /// The one terminal error (G2, G4).
 pub(super) async fn terminal(
@@ -29,22 +65,8 @@ pub(super) async fn terminal(
     let protocol = request.api.protocol();
     let class = diagnostics.class;
     if down.committed() {
-        if !failed.detail.error_forwarded {
-            let kind = failed.evidence.sse_event.clone().unwrap_or_else(|| {
-                shape::kind_for(protocol, class, diagnostics.provider_status).to_owned()
-            });
-            let message = diagnostics
-                .error
-                .clone()
-                .unwrap_or_else(|| "rebound: the upstream stream failed".to_owned());
-            let _ = down
-                .send(shape::stream_error(
-                    protocol,
-                    &kind,
-                    &message,
-                    Some(diagnostics),
-                ))
-                .await;
+        if let Some(end) = stream_end(request.api, &failed, diagnostics) {
+            let _ = down.send(end).await;
         }
         return;
     }

@@ -9,16 +9,14 @@ use rebound_runtime::attempt::{
     ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
 use rebound_runtime::http::{TransportFailure, read_whole};
+use rebound_runtime::provider::{AnswerError, answer_failure};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::{HOP_BY_HOP, kept_on_give_up, rebound_headers, relayable};
+use super::headers::{forwarded_headers, kept_on_give_up, rebound_headers, relayable};
 use super::outcome::{Attempt, Detail, failure};
 use super::relay::{Relay, relay};
 use crate::config::Candidate;
-
-/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
-const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 fn upstream_request(
     request: &LiveRequest,
@@ -28,33 +26,21 @@ fn upstream_request(
     let endpoint = candidate
         .endpoint_for(request.api)
         .unwrap_or_else(|| candidate.endpoint());
+    let endpoint = match &request.query {
+        None => endpoint,
+        Some(query) => format!("{endpoint}?{query}").parse::<http::Uri>()?,
+    };
     let mut upstream = Request::post(endpoint)
         .version(candidate.version())
         .body(candidate.body_for(&request.body))?;
-    let strip_auth = candidate.api_key.is_some() || !request.gateway.config.gateway_keys.is_empty();
-    // Room for the client's headers and the few added here, so the map grows at most once.
     let headers = upstream.headers_mut();
-    headers.reserve(request.headers.len() + 4);
-    for (name, value) in &request.headers {
-        let name_str = name.as_str();
-        if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
-            continue;
-        }
-        if strip_auth && AUTH_HEADERS.contains(&name_str) {
-            continue;
-        }
-        headers.append(name.clone(), value.clone());
-    }
-    if let Some(host) = candidate.host() {
-        headers.insert(header::HOST, host);
-    }
+    forwarded_headers(headers, &request.headers, candidate, &request.gateway);
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
     }
-    candidate.authorize(headers);
     Ok(upstream)
 }
 
@@ -100,9 +86,9 @@ pub(super) async fn attempt(
         };
         let evidence = response_evidence(&candidate.provider, parts.status, &parts.headers, &bytes);
         let detail = Detail {
-            error_forwarded: false,
             upstream_error: Some((parts.status, bytes)),
             kept_headers: kept_on_give_up(&parts.headers),
+            ..Detail::default()
         };
         return failure(evidence, false, false, detail);
     }
@@ -132,6 +118,20 @@ pub(super) async fn attempt(
                 ),
             };
             return transport_failure(candidate, failure);
+        }
+        // A Responses answer can say it failed in a success (`status: "failed"`): classified
+        // by its error code like the stream's `response.failed`, and relayed as sent if
+        // recovery stops.
+        if let Some(AnswerError::Failed { kind }) = answer_failure(request.api, &bytes) {
+            let evidence = rebound_core::Evidence {
+                sse_event: Some(kind),
+                ..response_evidence(&candidate.provider, status, &headers, &bytes)
+            };
+            let detail = Detail {
+                upstream_error: Some((status, bytes)),
+                ..Detail::default()
+            };
+            return failure(evidence, false, false, detail);
         }
         headers.remove(header::CONTENT_LENGTH);
         return if down.respond(Head {
