@@ -15,6 +15,7 @@ mod jobs;
 mod passthrough;
 mod recovery;
 mod soak;
+mod streams;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
