@@ -8,8 +8,8 @@
 //! ## What it owns
 //! - [`http`]: the one HTTP client, with rustls, pooling and timeouts, and no retries of its
 //!   own (B5); transport failures become evidence.
-//! - [`provider`]: the two protocols: requests, complete answers, stream items and the commit
-//!   point.
+//! - [`provider`]: the two protocols and their three APIs (Chat Completions, Responses,
+//!   Messages): requests, complete answers, stream items and the commit point.
 //! - [`sse`]: server-sent-events framing.
 //! - [`recovery`]: the recovery loop, written once: attempt, evidence, decision, then wait,
 //!   fall back or stop, over a small [`Host`] trait. The gateway's live requests and durable
@@ -18,7 +18,8 @@
 //! - [`driver`]: the [`Runtime`] (client, one policy object, recovery engine) and the
 //!   [`TurnDriver`] that runs one request at a time as a host of the loop.
 //! - [`time`]: the clock and the one way to wait, virtual in tests.
-//! - [`event`]: what the caller hears: text, discard, retrying, fallback, error, end.
+//! - [`event`]: what the caller hears: text, reasoning, discard, retrying, fallback, error,
+//!   end.
 //!
 //! ## Example
 //!

@@ -17,7 +17,8 @@ use crate::sse::SseFramer;
 pub(crate) enum Read {
     /// A complete, non-empty response.
     Response(ModelResponse),
-    /// A broken, empty or failed answer; `delivered` when its text already reached the caller.
+    /// A broken, empty or failed answer; `delivered` when its text or reasoning already
+    /// reached the caller.
     Failed {
         /// What it left behind.
         evidence: Evidence,
@@ -173,7 +174,16 @@ impl Stream<'_> {
                     });
                 }
             }
-            StreamItem::Reasoning(text) => self.response.reasoning.push_str(&text),
+            StreamItem::Reasoning(text) => {
+                if !text.is_empty() {
+                    self.delivered = true;
+                    self.response.reasoning.push_str(&text);
+                    sink.emit(Event::Reasoning {
+                        message_id: self.response.message_id.clone(),
+                        text,
+                    });
+                }
+            }
             StreamItem::ToolCallStart { index, id, name } => {
                 let call = tool_call(&mut self.response.tool_calls, index);
                 call.id = id;

@@ -17,6 +17,7 @@ mod passthrough;
 mod recovery;
 mod responses;
 mod soak;
+mod streams;
 mod tokens;
 
 use std::sync::{Arc, Mutex};

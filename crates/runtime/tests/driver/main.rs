@@ -10,6 +10,7 @@
 
 mod faults;
 mod schedules;
+mod thinking;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
