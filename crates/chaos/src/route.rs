@@ -60,7 +60,17 @@ async fn take_step(
     presented_key: Option<&str>,
 ) -> Result<Taken, Answer> {
     let (step, attempt) = state.next_step(key);
-    let (base, modifiers) = step.parts();
+    let (base, modifiers) = match &step {
+        Step::With(base, modifiers) => (&**base, modifiers.clone()),
+        base => (
+            base,
+            state
+                .reply
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        ),
+    };
     let mut taken = Taken {
         fault: None,
         modifiers,
@@ -96,7 +106,7 @@ async fn take_step(
 }
 
 /// A whole (non-streaming) answer under a stream fault: an in-stream error becomes the
-/// closest status (529 for `overloaded_error`, else 500), a stall after content waits before
+/// closest status (529 for `overloaded_error`, 429 for a rate limit, else 500), a stall after content waits before
 /// the answer, a cut or malformed body breaks the body.
 async fn whole(
     protocol: Protocol,
@@ -106,7 +116,11 @@ async fn whole(
 ) -> Response<Body> {
     match fault {
         Some(Step::ErrorAfter(_, kind) | Step::ErrorEventAfter(_, kind)) => {
-            let status = if kind == "overloaded_error" { 529 } else { 500 };
+            let status = match kind.as_str() {
+                "overloaded_error" => 529,
+                "rate_limit_error" | "rate_limit_exceeded" => 429,
+                _ => 500,
+            };
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             json_response(code, &error_shape::error_body(protocol, status, false))
         }
