@@ -163,7 +163,8 @@ async fn a_cut_stream_breaks_before_or_after_content() {
 
 #[tokio::test]
 async fn stream_faults_on_a_whole_response() {
-    let chaos = chaos("error-after-1, error-after-1:server_error, cut-after-1").await;
+    let chaos =
+        chaos("error-after-1, error-after-1:server_error, error-event-after-1:rate_limit_error, cut-after-1").await;
     assert_eq!(
         post(&chaos, "/v1/responses", &request(false)).await.status,
         529
@@ -171,6 +172,10 @@ async fn stream_faults_on_a_whole_response() {
     assert_eq!(
         post(&chaos, "/v1/responses", &request(false)).await.status,
         500
+    );
+    assert_eq!(
+        post(&chaos, "/v1/responses", &request(false)).await.status,
+        429
     );
     assert!(post(&chaos, "/v1/responses", &request(false)).await.broken);
 }
