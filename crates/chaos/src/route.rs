@@ -317,6 +317,7 @@ impl Counted<'_> {
                 body.clone(),
                 responses::input_items(&id, &request),
                 background,
+                streaming,
             );
             seen = Some(created);
         }
@@ -369,12 +370,28 @@ impl Counted<'_> {
 
     /// `GET`/`DELETE /v1/responses/{id}`, `POST …/{id}/cancel`, `GET …/{id}/input_items`.
     async fn stored(&self, method: &Method, rest: &str, query: Option<&str>) -> Answer {
+        let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
+        let served = matches!(
+            (method, action),
+            (&Method::GET | &Method::DELETE, "")
+                | (&Method::POST, "cancel")
+                | (&Method::GET, "input_items")
+        );
+        if !served || id.is_empty() {
+            return Ok(json_response(
+                StatusCode::NOT_FOUND,
+                &error_shape::not_found(
+                    self.protocol,
+                    method.as_str(),
+                    &format!("/v1/responses/{rest}"),
+                ),
+            ));
+        }
         let taken = match self.step().await {
             Ok(taken) => taken,
             Err(answer) => return answer,
         };
         let store = &self.state.responses;
-        let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
         let not_found = || {
             json_response(
                 StatusCode::NOT_FOUND,
@@ -411,12 +428,8 @@ impl Counted<'_> {
                 let last = items.last().and_then(|i| i.get("id")).cloned();
                 json!({"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": false})
             }),
-            (method, _) => {
-                return Ok(json_response(
-                    StatusCode::NOT_FOUND,
-                    &error_shape::not_found(self.protocol, method.as_str(), &format!("/v1/responses/{rest}")),
-                ));
-            }
+            // Not served: refused above, before the count.
+            _ => None,
         };
         match answer {
             Some(body) => Ok(whole_json(self.protocol, &body, taken.fault.as_ref()).await),
