@@ -127,12 +127,13 @@ def json_lines(text):
 
 # --- Claude Code: `claude -p` with stream-json output -------------------------------------------
 
-def claude_code(clients, key):
+def claude_code(clients, key, settings=None):
     h = home("claude")
     env = dict(base_env(h), ANTHROPIC_BASE_URL=GATEWAY, ANTHROPIC_API_KEY="sk-ant-clients-test",
                ANTHROPIC_CUSTOM_HEADERS=f"x-chaos-key: {key}",
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
-               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", DISABLE_BUG_COMMAND="1")
+               DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", DISABLE_BUG_COMMAND="1",
+               **(settings or {}))
     code, out, err = run([clients.claude, "-p", "hi", "--model", "chaos-1", "--tools", "",
                           "--output-format", "stream-json", "--verbose"], env, h)
     events = json_lines(out)
@@ -281,6 +282,10 @@ def all_checks(clients):
     check("claude-code exhausted 529", cc, many("529"), claude_failed(529), BUDGET + 1)
     check("claude-code exhausted 500", cc, many("500"), claude_failed(500), BUDGET + 1)
     check("claude-code exhausted 429", cc, many("429"), claude_failed(429), BUDGET + 1)
+    # A 503 saying overloaded_error it retries 10 times whatever the headers say (measured: 11
+    # runs in about 3 minutes, too slow to run here); the README's setting for it:
+    cc_no_retries = lambda key: claude_code(clients, key, {"CLAUDE_CODE_MAX_RETRIES": "0"})  # noqa: E731
+    check("claude-code max-retries-0 exhausted 503", cc_no_retries, many("503"), claude_failed(503), BUDGET + 1)
 
     cx = lambda key: codex(clients, key, CODEX_SETTINGS)  # noqa: E731
     check("codex clean", cx, "ok", codex_ok, 1)
