@@ -112,7 +112,12 @@ def run(args, env, cwd, timeout=120):
                               text=True, timeout=timeout)
         return done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as e:
-        return "timeout", e.stdout or "", e.stderr or ""
+        # What the client printed before it was stopped (bytes, whatever `text` said).
+        return "timeout", _text(e.stdout), _text(e.stderr)
+
+
+def _text(output):
+    return output.decode(errors="replace") if isinstance(output, bytes) else (output or "")
 
 
 def json_lines(text):
