@@ -47,5 +47,5 @@ pub mod stream;
 
 pub use model::{Api, Protocol};
 pub use record::RecordedRequest;
-pub use script::{Modifiers, Step, ToolChoice, parse_script};
+pub use script::{Modifiers, Step, ToolChoice, parse_modifiers, parse_script};
 pub use server::{Chaos, ChaosConfig, KEY_HEADER};

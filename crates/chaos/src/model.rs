@@ -122,6 +122,20 @@ pub fn text_of(content: &Value) -> String {
     }
 }
 
+/// What a user said in a message: its last text part. Agents put reminders and context in
+/// earlier parts (Claude Code's `<system-reminder>`s) and the prompt last.
+fn said_in(content: &Value) -> String {
+    match content {
+        Value::Array(parts) => parts
+            .iter()
+            .rev()
+            .find_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::to_owned)
+            .unwrap_or_default(),
+        other => text_of(other),
+    }
+}
+
 /// A tool the request offers: its name and its JSON schema.
 #[derive(Clone, Debug, PartialEq)]
 struct Tool {
@@ -167,7 +181,7 @@ fn conversation(api: Api, request: &Value) -> Conversation {
                     Some("user") => {
                         conversation.ends_with_tool_result = false;
                         conversation.last_user_text =
-                            message.get("content").map(text_of).unwrap_or_default();
+                            message.get("content").map(said_in).unwrap_or_default();
                     }
                     _ => {}
                 }
@@ -202,7 +216,7 @@ fn conversation(api: Api, request: &Value) -> Conversation {
                 } else {
                     conversation.ends_with_tool_result = false;
                     conversation.last_user_text =
-                        message.get("content").map(text_of).unwrap_or_default();
+                        message.get("content").map(said_in).unwrap_or_default();
                 }
             }
             // Server tools (`web_search_…`, `bash_…`) have a type of their own and no schema.
@@ -230,7 +244,7 @@ fn conversation(api: Api, request: &Value) -> Conversation {
                             Some("message") | None if is_user(item) => {
                                 conversation.ends_with_tool_result = false;
                                 conversation.last_user_text =
-                                    item.get("content").map(text_of).unwrap_or_default();
+                                    item.get("content").map(said_in).unwrap_or_default();
                             }
                             _ => {}
                         }

@@ -69,7 +69,7 @@ pub fn object(envelope: &Envelope<'_>, status: &str, output: Vec<Value>, usage: 
 fn usage_of(reply: &Reply) -> Value {
     let (input, output) = usage(reply);
     let reasoning = reply.thinking.as_ref().map_or(0, |t| t.chunks.len());
-    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": 0},
+    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": output, "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": input + output})
 }
@@ -241,7 +241,7 @@ pub fn frames(envelope: &Envelope<'_>, reply: &Reply) -> Frames {
             }
             pending.push_str(&events.event(
                 "response.function_call_arguments.done",
-                json!({"item_id": id, "output_index": index, "name": name, "arguments": arguments}),
+                json!({"item_id": id, "output_index": index, "arguments": arguments}),
             ));
         }
         Answer::Truncated => {}

@@ -60,7 +60,17 @@ async fn take_step(
     presented_key: Option<&str>,
 ) -> Result<Taken, Answer> {
     let (step, attempt) = state.next_step(key);
-    let (base, modifiers) = step.parts();
+    let (base, modifiers) = match &step {
+        Step::With(base, modifiers) => (&**base, modifiers.clone()),
+        base => (
+            base,
+            state
+                .reply
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        ),
+    };
     let mut taken = Taken {
         fault: None,
         modifiers,
@@ -96,7 +106,7 @@ async fn take_step(
 }
 
 /// A whole (non-streaming) answer under a stream fault: an in-stream error becomes the
-/// closest status (529 for `overloaded_error`, else 500), a stall after content waits before
+/// closest status (529 for `overloaded_error`, 429 for a rate limit, else 500), a stall after content waits before
 /// the answer, a cut or malformed body breaks the body.
 async fn whole(
     protocol: Protocol,
@@ -106,7 +116,11 @@ async fn whole(
 ) -> Response<Body> {
     match fault {
         Some(Step::ErrorAfter(_, kind) | Step::ErrorEventAfter(_, kind)) => {
-            let status = if kind == "overloaded_error" { 529 } else { 500 };
+            let status = match kind.as_str() {
+                "overloaded_error" => 529,
+                "rate_limit_error" | "rate_limit_exceeded" => 429,
+                _ => 500,
+            };
             let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             json_response(code, &error_shape::error_body(protocol, status, false))
         }
@@ -303,6 +317,7 @@ impl Counted<'_> {
                 body.clone(),
                 responses::input_items(&id, &request),
                 background,
+                streaming,
             );
             seen = Some(created);
         }
@@ -355,12 +370,28 @@ impl Counted<'_> {
 
     /// `GET`/`DELETE /v1/responses/{id}`, `POST …/{id}/cancel`, `GET …/{id}/input_items`.
     async fn stored(&self, method: &Method, rest: &str, query: Option<&str>) -> Answer {
+        let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
+        let served = matches!(
+            (method, action),
+            (&Method::GET | &Method::DELETE, "")
+                | (&Method::POST, "cancel")
+                | (&Method::GET, "input_items")
+        );
+        if !served || id.is_empty() {
+            return Ok(json_response(
+                StatusCode::NOT_FOUND,
+                &error_shape::not_found(
+                    self.protocol,
+                    method.as_str(),
+                    &format!("/v1/responses/{rest}"),
+                ),
+            ));
+        }
         let taken = match self.step().await {
             Ok(taken) => taken,
             Err(answer) => return answer,
         };
         let store = &self.state.responses;
-        let (id, action) = rest.split_once('/').unwrap_or((rest, ""));
         let not_found = || {
             json_response(
                 StatusCode::NOT_FOUND,
@@ -397,12 +428,8 @@ impl Counted<'_> {
                 let last = items.last().and_then(|i| i.get("id")).cloned();
                 json!({"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": false})
             }),
-            (method, _) => {
-                return Ok(json_response(
-                    StatusCode::NOT_FOUND,
-                    &error_shape::not_found(self.protocol, method.as_str(), &format!("/v1/responses/{rest}")),
-                ));
-            }
+            // Not served: refused above, before the count.
+            _ => None,
         };
         match answer {
             Some(body) => Ok(whole_json(self.protocol, &body, taken.fault.as_ref()).await),

@@ -144,10 +144,21 @@ pub fn parse_step(step: &str) -> Result<Step, String> {
     let Some((head, modifiers)) = step.split_once('+') else {
         return parse_reply(step);
     };
-    let base = parse_reply(head)?;
+    Ok(Step::With(
+        Box::new(parse_reply(head)?),
+        parse_modifiers(modifiers)?,
+    ))
+}
+
+/// Parses modifiers without their step: `thinking+tool:Read`, `text`.
+pub fn parse_modifiers(modifiers: &str) -> Result<Modifiers, String> {
     let mut parsed = Modifiers::default();
-    for modifier in modifiers.split('+') {
-        match modifier.trim() {
+    for modifier in modifiers
+        .split('+')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        match modifier {
             "thinking" => parsed.thinking = true,
             "redacted-thinking" => {
                 parsed.thinking = true;
@@ -167,7 +178,7 @@ pub fn parse_step(step: &str) -> Result<Step, String> {
             },
         }
     }
-    Ok(Step::With(Box::new(base), parsed))
+    Ok(parsed)
 }
 
 fn parse_kind(rest: &str) -> Result<(usize, String), String> {
@@ -361,6 +372,15 @@ mod tests {
         assert!(parse_step("error-after-1:bad type").is_err());
         assert!(parse_step("ok+sparkles").is_err());
         assert!(parse_step("200").is_err());
+        assert!(parse_modifiers("tool:").is_err());
+        assert_eq!(
+            parse_modifiers("thinking+tool:Read"),
+            Ok(Modifiers {
+                thinking: true,
+                redacted_thinking: false,
+                tool: ToolChoice::Named("Read".into())
+            })
+        );
     }
 
     #[test]

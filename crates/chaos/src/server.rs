@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 use crate::record::RecordedRequest;
 use crate::route::handle;
-use crate::script::Step;
+use crate::script::{Modifiers, Step};
 use crate::stored::ResponseStore;
 
 /// The request header that names the attempt counter and script a request belongs to.
@@ -48,6 +48,8 @@ pub(crate) struct State {
     pub(crate) requests: Mutex<Vec<RecordedRequest>>,
     /// Responses the Responses API created.
     pub(crate) responses: ResponseStore,
+    /// What replies hold when their step names no modifiers.
+    pub(crate) reply: Mutex<Modifiers>,
 }
 
 impl State {
@@ -142,6 +144,7 @@ impl Chaos {
             connections: std::sync::atomic::AtomicU64::new(0),
             requests: Mutex::new(Vec::new()),
             responses: ResponseStore::default(),
+            reply: Mutex::new(Modifiers::default()),
         });
         let (stop, mut stopped) = watch::channel(false);
         let served = Arc::clone(&state);
@@ -236,6 +239,17 @@ impl Chaos {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    /// Sets what replies hold when their step names no modifiers (plain `ok`, `cut-after-2`
+    /// …, and every request past a script's end): e.g. `+tool:Read` so an agent's first turn
+    /// calls a harmless tool, or `+text` so it never calls one.
+    pub fn set_reply(&self, modifiers: Modifiers) {
+        *self
+            .state
+            .reply
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = modifiers;
     }
 
     /// Sets the script of `key` and restarts its counter.

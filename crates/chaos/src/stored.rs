@@ -59,9 +59,16 @@ impl ResponseStore {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps a response; returns it as the creating request sees it (`queued` in background).
-    pub(crate) fn insert(&self, object: Value, input: Vec<Value>, background: bool) -> Value {
-        let stage = if background {
+    /// Keeps a response; returns it as the creating request sees it: `queued` when it runs in
+    /// the background and was not streamed (a streamed one has finished when it is read).
+    pub(crate) fn insert(
+        &self,
+        object: Value,
+        input: Vec<Value>,
+        background: bool,
+        streamed: bool,
+    ) -> Value {
+        let stage = if background && !streamed {
             Stage::Queued
         } else {
             Stage::Done

@@ -163,7 +163,8 @@ async fn a_cut_stream_breaks_before_or_after_content() {
 
 #[tokio::test]
 async fn stream_faults_on_a_whole_response() {
-    let chaos = chaos("error-after-1, error-after-1:server_error, cut-after-1").await;
+    let chaos =
+        chaos("error-after-1, error-after-1:server_error, error-event-after-1:rate_limit_error, cut-after-1").await;
     assert_eq!(
         post(&chaos, "/v1/responses", &request(false)).await.status,
         529
@@ -171,6 +172,10 @@ async fn stream_faults_on_a_whole_response() {
     assert_eq!(
         post(&chaos, "/v1/responses", &request(false)).await.status,
         500
+    );
+    assert_eq!(
+        post(&chaos, "/v1/responses", &request(false)).await.status,
+        429
     );
     assert!(post(&chaos, "/v1/responses", &request(false)).await.broken);
 }
@@ -329,6 +334,16 @@ async fn created_responses_can_be_read_listed_and_continued() {
     assert_eq!(missing.status, 404);
     // Every one of these counted: 3 creations, 2 reads, a refused continuation, a cancel, a read.
     assert_eq!(chaos.attempts("k"), 8);
+    let unserved = send(
+        &chaos,
+        "PUT",
+        &format!("/v1/responses/{}", id.as_str().unwrap()),
+        &[],
+        "{}",
+    )
+    .await;
+    assert_eq!(unserved.status, 404);
+    assert_eq!(chaos.attempts("k"), 8, "an unserved method is not counted");
 }
 
 #[tokio::test]
@@ -367,4 +382,19 @@ async fn a_background_response_is_queued_then_in_progress_then_completed() {
             .json()["status"],
         "cancelled"
     );
+}
+
+#[tokio::test]
+async fn a_streamed_background_response_has_finished_when_read() {
+    let chaos = chaos("").await;
+    let body = json!({"model": "m", "input": "hi", "background": true, "stream": true});
+    let stream = post(&chaos, "/v1/responses", &body).await;
+    let id = stream.events()[0].1["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let got = send(&chaos, "GET", &format!("/v1/responses/{id}"), &[], "")
+        .await
+        .json();
+    assert_eq!(got["status"], "completed");
 }

@@ -100,3 +100,36 @@ async fn after_a_tool_result_the_reply_is_text_so_agents_stop() {
     assert_eq!(text, "The tool answered: exit 127. Done.");
     assert_eq!(chaos.attempts("k"), 2);
 }
+
+#[tokio::test]
+async fn the_reply_mode_picks_the_tool_for_steps_without_modifiers() {
+    let chaos = chaos("ok, cut-after-0, ok+text").await;
+    chaos.set_reply(rebound_chaos::parse_modifiers("tool:Read").unwrap());
+    let body = json!({"model": "m", "max_tokens": 100,
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+            {"type": "text", "text": "read the file"}]}],
+        "tools": [{"name": "Agent", "input_schema": {"type": "object", "required": ["prompt"], "properties": {"prompt": {"type": "string"}}}},
+                  {"name": "Read", "input_schema": {"type": "object", "required": ["file_path"], "properties": {"file_path": {"type": "string"}}}}]});
+    let first = post(&chaos, "/v1/messages", &body).await.json();
+    assert_eq!(first["content"][0]["name"], "Read");
+    assert_eq!(first["content"][0]["input"], json!({"file_path": "chaos"}));
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    assert!(post(&chaos, "/v1/messages", &streamed).await.broken);
+    let text = post(&chaos, "/v1/messages", &body).await.json();
+    assert_eq!(
+        text["content"][0]["text"],
+        "Hello from rebound chaos. You said: read the file"
+    );
+    // Past the script's end, the reply mode still holds.
+    assert_eq!(
+        post(&chaos, "/v1/messages", &body).await.json()["content"][0]["name"],
+        "Read"
+    );
+    chaos.set_reply(rebound_chaos::Modifiers::default());
+    assert_eq!(
+        post(&chaos, "/v1/messages", &body).await.json()["content"][0]["name"],
+        "Agent"
+    );
+}
