@@ -14,8 +14,10 @@ mod http2;
 mod jobs;
 mod passthrough;
 mod recovery;
+mod responses;
 mod soak;
 mod streams;
+mod tokens;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
