@@ -153,6 +153,18 @@ pub fn responses_failure(
     Bytes::from(out)
 }
 
+/// The message of a provider's error JSON (`message`, `error.message` or a Responses
+/// `response.error.message`), bounded and redacted.
+pub fn error_message(data: &str) -> Option<String> {
+    let value = serde_json::from_str::<Value>(data).ok()?;
+    let message = ["/message", "/error/message", "/response/error/message"]
+        .iter()
+        .find_map(|pointer| value.pointer(pointer).and_then(Value::as_str))
+        .filter(|message| !message.is_empty())?;
+    let bounded: String = message.chars().take(1024).collect();
+    Some(rebound_core::redact::redact(&bounded).into_owned())
+}
+
 /// The error type a protocol uses for a class of failure.
 pub fn kind_for(protocol: Protocol, class: &str, status: Option<u16>) -> &'static str {
     match (protocol, class, status) {

@@ -29,9 +29,15 @@ pub(super) fn stream_end(
     let kind = failed.evidence.sse_event.clone().unwrap_or_else(|| {
         shape::kind_for(protocol, diagnostics.class, diagnostics.provider_status).to_owned()
     });
-    let message = diagnostics
-        .error
-        .clone()
+    // An upstream error event's own message reads better than its whole data (and Codex
+    // reads a rate limit's wait from it).
+    let message = failed
+        .evidence
+        .body
+        .as_deref()
+        .filter(|_| failed.evidence.sse_event.is_some())
+        .and_then(shape::error_message)
+        .or_else(|| diagnostics.error.clone())
         .unwrap_or_else(|| "rebound: the upstream stream failed".to_owned());
     Some(match api {
         Api::Responses => {
