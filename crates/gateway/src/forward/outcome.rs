@@ -1,7 +1,7 @@
 //! How one forwarded attempt ended, in the recovery loop's terms.
 
 use bytes::Bytes;
-use http::StatusCode;
+use http::{HeaderMap, StatusCode};
 use rebound_core::{Evidence, Safety};
 use rebound_runtime::provider::ResponseHead;
 use rebound_runtime::{Attempted, Failed};
@@ -13,6 +13,9 @@ pub(crate) struct Detail {
     pub(crate) error_forwarded: bool,
     /// An upstream error response (status and body), relayed when recovery stops.
     pub(crate) upstream_error: Option<(StatusCode, Bytes)>,
+    /// The failed attempt's response headers that a give-up keeps (G10): those of its error
+    /// response, or of a stream that failed before content.
+    pub(crate) kept_headers: HeaderMap,
     /// Where a committed Responses stream stood when it failed: the events rebound ends it
     /// with continue its numbering and name its response.
     pub(crate) position: Option<Box<Position>>,

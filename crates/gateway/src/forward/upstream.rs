@@ -13,7 +13,7 @@ use rebound_runtime::provider::{AnswerError, answer_failure};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::{forwarded_headers, rebound_headers, relayable};
+use super::headers::{forwarded_headers, kept_on_give_up, rebound_headers, relayable};
 use super::outcome::{Attempt, Detail, failure};
 use super::relay::{Relay, relay};
 use crate::config::Candidate;
@@ -87,6 +87,7 @@ pub(super) async fn attempt(
         let evidence = response_evidence(&candidate.provider, parts.status, &parts.headers, &bytes);
         let detail = Detail {
             upstream_error: Some((parts.status, bytes)),
+            kept_headers: kept_on_give_up(&parts.headers),
             ..Detail::default()
         };
         return failure(evidence, false, false, detail);

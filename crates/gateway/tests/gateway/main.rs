@@ -10,6 +10,7 @@
 
 mod caller;
 mod front;
+mod give_up;
 mod http2;
 mod jobs;
 mod passthrough;

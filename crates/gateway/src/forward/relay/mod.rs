@@ -21,7 +21,7 @@ use rebound_runtime::sse::{SseEvent, SseFramer};
 use rebound_runtime::Attempted;
 
 use super::downstream::{Downstream, Head};
-use super::headers::final_figures;
+use super::headers::{final_figures, kept_on_give_up};
 use super::outcome::{Attempt, Detail, Position, failure};
 
 /// Relays one streaming attempt to the client.
@@ -190,6 +190,12 @@ impl Relay {
         Detail {
             error_forwarded,
             upstream_error: None,
+            // Before the commit point the stream's head is still held: its hints are kept.
+            kept_headers: self
+                .headers
+                .as_ref()
+                .map(kept_on_give_up)
+                .unwrap_or_default(),
             position,
         }
     }
