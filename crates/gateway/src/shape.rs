@@ -153,6 +153,35 @@ pub fn responses_failure(
     Bytes::from(out)
 }
 
+/// The message of a provider's error JSON (`message`, `error.message` or a Responses
+/// `response.error.message`), bounded and redacted.
+pub fn error_message(data: &str) -> Option<String> {
+    let value = serde_json::from_str::<Value>(data).ok()?;
+    let message = ["/message", "/error/message", "/response/error/message"]
+        .iter()
+        .find_map(|pointer| value.pointer(pointer).and_then(Value::as_str))
+        .filter(|message| !message.is_empty())?;
+    let bounded: String = message.chars().take(1024).collect();
+    Some(rebound_core::redact::redact(&bounded).into_owned())
+}
+
+/// The HTTP status a provider answers a failure of this semantic code with, for one rebound
+/// read inside a successful answer (a Responses `response.failed`, an in-stream error): a
+/// quota or a rate limit is a 429, a malformed or refused request a 400 … `None` for codes
+/// without one status (server failures keep rebound's 502).
+pub fn status_for_code(code: &str) -> Option<u16> {
+    Some(match code {
+        "rate_limited" | "quota_exhausted" => 429,
+        "invalid_request" | "context_overflow" | "content_filtered" => 400,
+        "auth_failed" => 401,
+        "billing" => 402,
+        "permission_denied" | "region_unsupported" => 403,
+        "model_not_found" => 404,
+        "request_too_large" => 413,
+        _ => return None,
+    })
+}
+
 /// The error type a protocol uses for a class of failure.
 pub fn kind_for(protocol: Protocol, class: &str, status: Option<u16>) -> &'static str {
     match (protocol, class, status) {

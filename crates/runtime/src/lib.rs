@@ -1,7 +1,8 @@
 //! # rebound-runtime
 //!
 //! The async layer an agent runtime embeds. It sends one model request through a provider
-//! (OpenAI Chat Completions or Anthropic Messages, streaming or not); when the request fails
+//! (OpenAI Chat Completions, the OpenAI Responses API or Anthropic Messages, streaming or
+//! not); when the request fails
 //! it asks `rebound-core` what to do, waits (abortably), replays only the failed request, and
 //! tells the caller what it is doing.
 //!
@@ -24,14 +25,14 @@
 //! ## Example
 //!
 //! ```no_run
-//! use rebound_runtime::{Event, Protocol, Provider, Runtime};
+//! use rebound_runtime::{Api, Event, Provider, Runtime};
 //! use serde_json::json;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let runtime = Runtime::interactive()?;
 //! let provider = Provider {
-//!     protocol: Protocol::Anthropic,
+//!     api: Api::Messages,
 //!     base_url: "https://api.anthropic.com".into(),
 //!     api_key: std::env::var("ANTHROPIC_API_KEY").ok(),
 //!     model: "claude-sonnet-4-5".into(),

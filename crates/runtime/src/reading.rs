@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::attempt::{RESPONSE_LIMIT, transport_evidence};
 use crate::event::{Event, EventSink};
 use crate::http::{ResponseBody, TransportFailure, read_whole};
-use crate::provider::{Api, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
+use crate::provider::{AnswerError, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
 
 /// How reading an answer ended.
@@ -53,12 +53,12 @@ pub(crate) async fn read_complete(
         }
     };
     match provider.parse_complete(&bytes) {
-        Some(mut response) if !response.is_empty() => {
+        Ok(mut response) if !response.is_empty() => {
             response.message_id = message_id.to_owned();
             Read::Response(response)
         }
         // An empty answer is evidence with an empty body (`empty_response`).
-        Some(_) => Read::Failed {
+        Ok(_) => Read::Failed {
             evidence: crate::attempt::response_evidence(
                 &provider.name,
                 parts.status,
@@ -67,8 +67,22 @@ pub(crate) async fn read_complete(
             ),
             delivered: false,
         },
+        // A Responses answer that says it failed: classified by its error code, as the
+        // stream's `response.failed` is.
+        Err(AnswerError::Failed { kind }) => Read::Failed {
+            evidence: Evidence {
+                sse_event: Some(kind),
+                ..crate::attempt::response_evidence(
+                    &provider.name,
+                    parts.status,
+                    &parts.headers,
+                    &bytes,
+                )
+            },
+            delivered: false,
+        },
         // A body that is not the protocol's JSON is a broken answer.
-        None => Read::Failed {
+        Err(_) => Read::Failed {
             evidence: broken(
                 provider,
                 TransportKind::BodyDecode,
@@ -131,7 +145,7 @@ pub(crate) async fn read_stream(
             Err(e) => return stream.broken(TransportKind::BodyDecode, e.to_string()),
         };
         for event in events {
-            for item in stream_items(Api::native(provider.protocol), &event.event, &event.data) {
+            for item in stream_items(provider.api, &event.event, &event.data) {
                 if let Some(read) = stream.item(item, &event.data, sink) {
                     return read;
                 }

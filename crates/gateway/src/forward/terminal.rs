@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
-use rebound_core::{Diagnostics, TransportKind};
+use rebound_core::{Diagnostics, Evidence, TransportKind};
 use rebound_runtime::Api;
 
 use super::LiveRequest;
@@ -33,10 +33,11 @@ pub(super) fn stream_end(
     let kind = failed.evidence.sse_event.clone().unwrap_or_else(|| {
         shape::kind_for(protocol, diagnostics.class, diagnostics.provider_status).to_owned()
     });
-    let message = diagnostics
-        .error
-        .clone()
-        .unwrap_or_else(|| "rebound: the upstream stream failed".to_owned());
+    let message = message(
+        &failed.evidence,
+        diagnostics,
+        "rebound: the upstream stream failed",
+    );
     Some(match api {
         Api::Responses => {
             let position = failed.detail.position.as_deref();
@@ -51,6 +52,18 @@ pub(super) fn stream_end(
             shape::stream_error(protocol, &kind, &message, Some(diagnostics))
         }
     })
+}
+
+/// The final error's message: an upstream error event's own message reads better than its
+/// whole data (and Codex reads a rate limit's wait from it); else the evidence's excerpt.
+fn message(evidence: &Evidence, diagnostics: &Diagnostics, otherwise: &str) -> String {
+    evidence
+        .body
+        .as_deref()
+        .filter(|_| evidence.sse_event.is_some())
+        .and_then(shape::error_message)
+        .or_else(|| diagnostics.error.clone())
+        .unwrap_or_else(|| otherwise.to_owned())
 }
 
 /// The one terminal error (G2, G4).
@@ -90,16 +103,20 @@ pub(super) async fn terminal(
                         | TransportKind::ConnectTimeout,
                     ),
                 ) => 504,
-                _ => 502,
+                // An error inside a success (a Responses `response.failed`): the status the
+                // provider gives the same failure over HTTP, so clients read it alike.
+                _ => diagnostics
+                    .code
+                    .as_ref()
+                    .filter(|_| evidence.sse_event.is_some())
+                    .and_then(|code| shape::status_for_code(code.as_str()))
+                    .unwrap_or(502),
             };
             let kind = evidence
                 .sse_event
                 .clone()
                 .unwrap_or_else(|| shape::kind_for(protocol, class, Some(status)).to_owned());
-            let message = diagnostics
-                .error
-                .clone()
-                .unwrap_or_else(|| "rebound: the upstream failed".to_owned());
+            let message = message(&evidence, diagnostics, "rebound: the upstream failed");
             let body = shape::error_body(protocol, &kind, &message, Some(diagnostics)).to_string();
             (
                 StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),

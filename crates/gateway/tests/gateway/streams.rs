@@ -189,3 +189,26 @@ async fn thinking_commits_the_stream_and_flows_live() {
         assert_eq!(chaos.attempts("default"), 1, "{path}: {text}");
     }
 }
+
+#[tokio::test]
+async fn a_response_failed_before_content_that_no_retry_repairs_is_answered_with_its_status() {
+    for (code, status, class) in [
+        ("insufficient_quota", 429, "hard"),
+        ("invalid_prompt", 400, "terminal"),
+    ] {
+        let chaos = chaos(&format!("error-after-0:{code}, ok")).await;
+        let g = gateway(SIMPLE, &chaos).await;
+        let reply = g.post("/v1/responses", &responses_body(true)).await;
+        assert_eq!(reply.status, status, "{code}: {}", reply.text());
+        let body: Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["error"]["type"], code);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("An error occurred")),
+            "the upstream's own message: {body}"
+        );
+        assert_eq!(body["rebound"]["class"], class);
+        assert_eq!(chaos.attempts("default"), 1, "{code}");
+    }
+}

@@ -94,8 +94,9 @@ impl Api {
 /// One candidate's endpoint.
 #[derive(Clone)]
 pub struct Provider {
-    /// The protocol.
-    pub protocol: Protocol,
+    /// The API to call (`Api::native(protocol)` for a protocol's first one); it names the
+    /// protocol, the path and the stream reader.
+    pub api: Api,
     /// The base URL as the official SDKs take it (OpenAI's includes `/v1`).
     pub base_url: String,
     /// The API key, if any. Never printed (see the `Debug` impl).
@@ -109,7 +110,7 @@ pub struct Provider {
 impl std::fmt::Debug for Provider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Provider")
-            .field("protocol", &self.protocol)
+            .field("api", &self.api)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "[redacted]"))
             .field("model", &self.model)
@@ -174,20 +175,26 @@ pub enum AnswerError {
 }
 
 impl Provider {
+    /// The protocol its API belongs to.
+    pub fn protocol(&self) -> Protocol {
+        self.api.protocol()
+    }
+
     /// The HTTP request for `body`, streaming or not.
     pub fn request(&self, body: &Value, stream: bool) -> Result<Request<Bytes>, http::Error> {
         let mut body = body.clone();
         if let Value::Object(map) = &mut body {
             map.insert("model".into(), Value::String(self.model.clone()));
             map.insert("stream".into(), Value::Bool(stream));
-            if self.protocol == Protocol::Anthropic && !map.contains_key("max_tokens") {
+            if self.protocol() == Protocol::Anthropic && !map.contains_key("max_tokens") {
                 map.insert("max_tokens".into(), Value::from(1024));
             }
         }
         let base = self.base_url.trim_end_matches('/');
-        let (url, auth) = match self.protocol {
-            Protocol::OpenAi => (format!("{base}/chat/completions"), "authorization"),
-            Protocol::Anthropic => (format!("{base}/v1/messages"), "x-api-key"),
+        let url = format!("{base}{}", self.api.path());
+        let auth = match self.protocol() {
+            Protocol::OpenAi => "authorization",
+            Protocol::Anthropic => "x-api-key",
         };
         let mut builder = Request::post(url)
             .header(header::CONTENT_TYPE, "application/json")
@@ -199,11 +206,11 @@ impl Provider {
                     "application/json"
                 },
             );
-        if self.protocol == Protocol::Anthropic {
+        if self.protocol() == Protocol::Anthropic {
             builder = builder.header("anthropic-version", "2023-06-01");
         }
         if let Some(key) = &self.api_key {
-            let value = match self.protocol {
+            let value = match self.protocol() {
                 Protocol::OpenAi => format!("Bearer {key}"),
                 Protocol::Anthropic => key.clone(),
             };
@@ -214,9 +221,9 @@ impl Provider {
         builder.body(Bytes::from(body.to_string()))
     }
 
-    /// Reads a whole (non-streaming) response body of the protocol's first API.
-    pub fn parse_complete(&self, body: &[u8]) -> Option<ModelResponse> {
-        parse_answer(Api::native(self.protocol), body).ok()
+    /// Reads a whole (non-streaming) answer of its API.
+    pub fn parse_complete(&self, body: &[u8]) -> Result<ModelResponse, AnswerError> {
+        parse_answer(self.api, body)
     }
 }
 

@@ -62,7 +62,7 @@ fn anthropic_preambles_and_errors() {
 #[test]
 fn keys_are_sent_sensitive_and_never_debug_printed() {
     let p = Provider {
-        protocol: Protocol::Anthropic,
+        api: Api::Messages,
         base_url: "http://127.0.0.1:1".into(),
         api_key: Some("sk-ant-secret-canary".into()),
         model: "m".into(),

@@ -279,7 +279,7 @@ impl Relay {
                     body: Some(String::new()),
                     ..self.evidence()
                 };
-                failure(evidence, false, self.restart, Detail::default())
+                failure(evidence, false, self.restart, self.detail(false, false))
             }));
             return step;
         }

@@ -263,6 +263,11 @@ fn an_upstream_error_event_after_the_commit_point_is_relayed_then_the_response_f
     assert_eq!(end[0].0, "response.failed");
     assert_eq!(end[0].1["sequence_number"], 7);
     assert_eq!(end[0].1["response"]["error"]["code"], "rate_limit_exceeded");
+    // The upstream's own words, where Codex looks for how long to wait.
+    assert_eq!(
+        end[0].1["response"]["error"]["message"],
+        "Rate limit reached for gpt-5 in organization <ORG> on tokens per min (TPM): Limit 30000, Used 6899, Requested 24050. Please try again in 1.898s. Visit https://platform.openai.com/account/rate-limits to learn more."
+    );
 }
 
 #[test]
