@@ -1,7 +1,8 @@
 """Installs the pinned agent clients into the build's target directory, never globally.
 
 Claude Code and Codex CLI come from the npm registry (each package ships its native binary);
-the OpenAI Agents SDK comes from PyPI into its own virtual environment. A second run with the
+the OpenAI Agents SDK and the official Python SDKs come from PyPI into their own virtual
+environment. A second run with the
 same pins reuses what is there.
 """
 
@@ -14,7 +15,10 @@ import sys
 CLAUDE_CODE = "2.1.332"
 CODEX = "0.171.0"
 AGENTS_SDK = "0.24.0"
-PINS = {"@anthropic-ai/claude-code": CLAUDE_CODE, "@openai/codex": CODEX, "openai-agents": AGENTS_SDK}
+OPENAI_PYTHON = "3.57.0"
+ANTHROPIC_PYTHON = "2.14.0"
+PINS = {"@anthropic-ai/claude-code": CLAUDE_CODE, "@openai/codex": CODEX, "openai-agents": AGENTS_SDK,
+        "openai": OPENAI_PYTHON, "anthropic": ANTHROPIC_PYTHON}
 
 
 class InstallError(Exception):
@@ -89,11 +93,12 @@ def install(root):
     specs = [f"{package}@{version}" for package, version in PINS.items() if package.startswith("@")]
     print(f"install: {', '.join(specs)} (npm)", flush=True)
     _run(" and ".join(specs), ["npm", "install", "--prefix", clients.npm, "--ignore-scripts", *specs], env=env)
-    print(f"install: openai-agents=={AGENTS_SDK} (PyPI)", flush=True)
+    wheels = [f"{package}=={version}" for package, version in PINS.items() if not package.startswith("@")]
+    print(f"install: {', '.join(wheels)} (PyPI)", flush=True)
     if not os.path.exists(clients.python):
         _run("a virtual environment for the Agents SDK", [sys.executable, "-m", "venv", clients.venv])
-    _run(f"openai-agents=={AGENTS_SDK}", [clients.python, "-m", "pip", "install", "--quiet",
-                                         "--disable-pip-version-check", f"openai-agents=={AGENTS_SDK}"])
+    _run(" and ".join(wheels), [clients.python, "-m", "pip", "install", "--quiet",
+                                "--disable-pip-version-check", *wheels])
     home = os.path.join(root, "version-home")
     os.makedirs(home, exist_ok=True)
     quiet = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home, "DISABLE_AUTOUPDATER": "1",

@@ -1,5 +1,5 @@
-"""Real agent clients against `rebound serve` in front of `rebound chaos`: Claude Code, Codex CLI
-and the OpenAI Agents SDK, each installed at a pinned version into the build's target directory
+"""Real agent clients against `rebound serve` in front of `rebound chaos`: Claude Code, Codex CLI,
+the OpenAI Agents SDK and the official Python SDKs, each installed at a pinned version into the build's target directory
 (see install.py), each run headless with a throwaway HOME, telemetry and update checks off, and
 every URL on loopback.
 
@@ -224,12 +224,25 @@ def agents_sdk(clients, key):
     return lines[-1], None
 
 
-def agents_ok(r):
+def sdk_ok(r):
     return r.get("output") == REPLY
 
 
-def agents_failed(status):
+def sdk_failed(status):
+    """An SDK error with this status and no answer (the Agents SDK's and the official SDKs')."""
     return lambda r: r.get("status") == status and "output" not in r
+
+
+# --- The official Python SDKs at their default retries (2) --------------------------------------
+
+def official_sdk(clients, which, key):
+    h = home(which)
+    code, out, err = run([clients.python, os.path.join(HERE, "official_sdks.py"), which, GATEWAY, key],
+                         base_env(h), h)
+    lines = json_lines(out)
+    if not lines:
+        return None, f"no result line (exit {code}): {(err or out)[-400:]}"
+    return lines[-1], None
 
 
 # --- The checks --------------------------------------------------------------------------------
@@ -305,12 +318,19 @@ def all_checks(clients):
     check("codex defaults exhausted 503", cx_default, many("503"), codex_failed(503), 30 * (BUDGET + 1))
 
     ag = lambda key: agents_sdk(clients, key)  # noqa: E731
-    check("agents-sdk clean", ag, "ok", agents_ok, 1)
-    check("agents-sdk 429 retry-after", ag, "429+retry-after:1, ok", agents_ok, 2)
-    check("agents-sdk overload after preamble", ag, "error-after-0:overloaded_error, ok", agents_ok, 2)
-    check("agents-sdk cut before content", ag, "cut-after-0-chunks, ok", agents_ok, 2)
-    check("agents-sdk exhausted 503", ag, many("503"), agents_failed(503), BUDGET + 1)
-    check("agents-sdk exhausted 429", ag, many("429"), agents_failed(429), BUDGET + 1)
+    check("agents-sdk clean", ag, "ok", sdk_ok, 1)
+    check("agents-sdk 429 retry-after", ag, "429+retry-after:1, ok", sdk_ok, 2)
+    check("agents-sdk overload after preamble", ag, "error-after-0:overloaded_error, ok", sdk_ok, 2)
+    check("agents-sdk cut before content", ag, "cut-after-0-chunks, ok", sdk_ok, 2)
+    check("agents-sdk exhausted 503", ag, many("503"), sdk_failed(503), BUDGET + 1)
+    check("agents-sdk exhausted 429", ag, many("429"), sdk_failed(429), BUDGET + 1)
+
+    oa = lambda key: official_sdk(clients, "openai", key)  # noqa: E731
+    an = lambda key: official_sdk(clients, "anthropic", key)  # noqa: E731
+    check("openai-python exhausted 503", oa, many("503"), sdk_failed(503), BUDGET + 1)
+    check("openai-python exhausted 502", oa, many("502"), sdk_failed(502), BUDGET + 1)
+    check("anthropic-python exhausted 529", an, many("529"), sdk_failed(529), BUDGET + 1)
+    check("anthropic-python exhausted 503", an, many("503"), sdk_failed(503), BUDGET + 1)
 
 
 if __name__ == "__main__":
