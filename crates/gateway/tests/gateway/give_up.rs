@@ -127,3 +127,34 @@ async fn a_success_says_nothing_about_retries() {
         assert!(reply.headers.get("x-should-retry").is_none(), "{path}");
     }
 }
+
+#[tokio::test]
+async fn a_give_up_below_http_says_do_not_retry_too() {
+    // No upstream answer to keep: rebound's own 502, still a give-up.
+    let chaos = chaos("reset, reset, ok").await;
+    let g = one_retry_gateway(&chaos).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    assert_eq!(chaos.attempts("default"), 2);
+    assert_eq!(reply.header("x-should-retry"), "false");
+}
+
+#[tokio::test]
+async fn a_responses_stream_that_never_started_gives_up_with_the_last_attempts_hints() {
+    let chaos = chaos(
+        "503+x-request-id:req_r1, 503+x-request-id:req_r2+x-ratelimit-remaining-tokens:0, ok",
+    )
+    .await;
+    let g = one_retry_gateway(&chaos).await;
+    let reply = g
+        .post(
+            "/v1/responses",
+            r#"{"model":"gpt-test","input":"hi","stream":true}"#,
+        )
+        .await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(chaos.attempts("default"), 2);
+    assert_eq!(reply.header("x-should-retry"), "false");
+    assert_eq!(reply.header("x-request-id"), "req_r2");
+    assert_eq!(reply.header("x-ratelimit-remaining-tokens"), "0");
+}
