@@ -76,6 +76,18 @@ id = "anthropic"
 protocol = "anthropic"
 base_url = "http://127.0.0.1:{CHAOS_PORT}"
 
+# One retry after a 1.5 s wait: long enough for the keep-alive countdown to commit a stream.
+[[candidate]]
+id = "anthropic-slow"
+protocol = "anthropic"
+base_url = "http://127.0.0.1:{CHAOS_PORT}"
+policy = {{ transient = {{ retries = 1, initial_ms = 1500, cap_ms = 1500, jitter = 0.0 }} }}
+
+[[route]]
+id = "countdown"
+models = ["chaos-countdown"]
+candidates = ["anthropic-slow"]
+
 [[route]]
 id = "default"
 models = ["*"]
@@ -132,14 +144,14 @@ def json_lines(text):
 
 # --- Claude Code: `claude -p` with stream-json output -------------------------------------------
 
-def claude_code(clients, key, settings=None):
+def claude_code(clients, key, settings=None, model="chaos-1"):
     h = home("claude")
     env = dict(base_env(h), ANTHROPIC_BASE_URL=GATEWAY, ANTHROPIC_API_KEY="sk-ant-clients-test",
                ANTHROPIC_CUSTOM_HEADERS=f"x-chaos-key: {key}",
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
                DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", DISABLE_BUG_COMMAND="1",
                **(settings or {}))
-    code, out, err = run([clients.claude, "-p", "hi", "--model", "chaos-1", "--tools", "",
+    code, out, err = run([clients.claude, "-p", "hi", "--model", model, "--tools", "",
                           "--output-format", "stream-json", "--verbose"], env, h)
     events = json_lines(out)
     result = next((e for e in reversed(events) if e.get("type") == "result"), None)
@@ -304,6 +316,12 @@ def all_checks(clients):
     # runs in about 3 minutes, too slow to run here); the README's setting for it:
     cc_no_retries = lambda key: claude_code(clients, key, {"CLAUDE_CODE_MAX_RETRIES": "0"})  # noqa: E731
     check("claude-code max-retries-0 exhausted 503", cc_no_retries, many("503"), claude_failed(503), BUDGET + 1)
+    # A stream the countdown committed ends in an in-stream error: Claude Code sends the request
+    # once more without streaming (2 runs of 2 attempts), and after `overloaded_error` retries
+    # the stream 3 times first (4 runs); its head's x-should-retry: false keeps it from more.
+    cc_countdown = lambda key: claude_code(clients, key, model="chaos-countdown")  # noqa: E731
+    check("claude-code countdown exhausted 500", cc_countdown, many("500"), claude_failed(500), 2 * 2)
+    check("claude-code countdown exhausted 529", cc_countdown, many("529"), claude_failed(529), 4 * 2)
 
     cx = lambda key: codex(clients, key, CODEX_SETTINGS)  # noqa: E731
     check("codex clean", cx, "ok", codex_ok, 1)
