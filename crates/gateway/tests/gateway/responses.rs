@@ -137,6 +137,12 @@ async fn a_stored_response_is_read_where_it_was_made() {
             format!("{path}/input_items?order=asc"),
         ]
     );
+
+    // An id rebound never saw: the configuration's first OpenAI provider.
+    let unknown = send(addr, "GET", "/v1/responses/resp_elsewhere", &[], "").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    let last = a.requests().pop().unwrap();
+    assert_eq!(last.path, "/v1/responses/resp_elsewhere");
 }
 
 #[tokio::test]
