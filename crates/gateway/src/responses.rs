@@ -66,28 +66,46 @@ impl Homes {
     }
 }
 
-/// The `previous_response_id` of a Responses request body, if it has one.
-pub(crate) fn previous_response_id(body: &[u8]) -> Option<String> {
-    #[derive(Deserialize)]
-    struct Previous {
-        #[serde(default)]
-        previous_response_id: Option<String>,
-    }
-    // Most requests have none: the whole body is parsed only when the name appears in it.
-    let needle = b"previous_response_id";
-    if !body.windows(needle.len()).any(|w| w == needle) {
-        return None;
-    }
-    serde_json::from_slice::<Previous>(body)
-        .ok()
-        .and_then(|p| p.previous_response_id)
+/// State at one provider that a Responses request continues.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Continued {
+    /// A stored response (`previous_response_id`).
+    Response(String),
+    /// A conversation (`conversation`), made through the caller's OpenAI provider.
+    Conversation,
 }
 
-/// `route` for a request that continues response `previous`: only the candidates at the base
-/// URL that holds it (the one that made it, else the route's first), so a retry stays where the
-/// state is and never falls back to a provider that does not know it.
-pub(crate) fn pinned(gateway: &Gateway, route: &Arc<Route>, previous: &str) -> Arc<Route> {
-    let home = gateway.responses.home(previous);
+/// What a Responses request body continues, if anything.
+pub(crate) fn continued(body: &[u8]) -> Option<Continued> {
+    #[derive(Deserialize)]
+    struct Continues {
+        #[serde(default)]
+        previous_response_id: Option<String>,
+        #[serde(default)]
+        conversation: Option<serde::de::IgnoredAny>,
+    }
+    // Most requests continue nothing: the whole body is parsed only when a name appears in it.
+    let names = |needle: &[u8]| body.windows(needle.len()).any(|w| w == needle);
+    if !names(b"previous_response_id") && !names(b"\"conversation\"") {
+        return None;
+    }
+    let continues = serde_json::from_slice::<Continues>(body).ok()?;
+    match (continues.previous_response_id, continues.conversation) {
+        (Some(id), _) => Some(Continued::Response(id)),
+        (None, Some(_)) => Some(Continued::Conversation),
+        (None, None) => None,
+    }
+}
+
+/// `route` for a request that continues state at one provider: only the candidates at the base
+/// URL that holds it, so a retry stays where the state is and never falls back to a provider
+/// that does not know it. A response is held by the candidate that made it, else (unknown) by
+/// the route's first; a conversation by the caller's OpenAI provider, which made it.
+pub(crate) fn pinned(gateway: &Gateway, route: &Arc<Route>, continued: &Continued) -> Arc<Route> {
+    let home = match continued {
+        Continued::Response(id) => gateway.responses.home(id),
+        Continued::Conversation => gateway.config.provider(Protocol::OpenAi).cloned(),
+    };
     let base = match (&home, route.candidates.first()) {
         (Some(home), _) => home.base_url.as_str(),
         (None, Some(first)) => first.base_url.as_str(),
@@ -219,16 +237,24 @@ mod tests {
     }
 
     #[test]
-    fn only_a_body_naming_previous_response_id_has_one() {
-        assert_eq!(previous_response_id(br#"{"model":"m","input":"hi"}"#), None);
+    fn only_a_body_naming_a_response_or_a_conversation_continues_one() {
+        assert_eq!(continued(br#"{"model":"m","input":"hi"}"#), None);
         assert_eq!(
-            previous_response_id(br#"{"model":"m","previous_response_id":"resp_1"}"#).as_deref(),
-            Some("resp_1")
+            continued(br#"{"model":"m","previous_response_id":"resp_1"}"#),
+            Some(Continued::Response("resp_1".into()))
         );
         assert_eq!(
-            previous_response_id(br#"{"model":"m","input":"previous_response_id"}"#),
+            continued(br#"{"model":"m","input":"previous_response_id conversation"}"#),
             None
         );
+        assert_eq!(
+            continued(br#"{"model":"m","previous_response_id":null,"conversation":null}"#),
+            None
+        );
+        for conversation in [r#""conv_1""#, r#"{"id":"conv_1"}"#] {
+            let body = format!(r#"{{"model":"m","conversation":{conversation}}}"#);
+            assert_eq!(continued(body.as_bytes()), Some(Continued::Conversation));
+        }
     }
 
     #[test]
@@ -276,10 +302,24 @@ candidates = ["a1", "b", "a2"]
         };
 
         // Unknown: the route's first candidate's base URL.
-        assert_eq!(ids(&pinned(&gateway, &route, "resp_unknown")), ["a1", "a2"]);
+        assert_eq!(
+            ids(&pinned(
+                &gateway,
+                &route,
+                &Continued::Response("resp_unknown".into())
+            )),
+            ["a1", "a2"]
+        );
         // Made by `b`: only `b`, never a fallback to the other provider.
         gateway.responses.remember("resp_b", &route.candidates[1]);
-        assert_eq!(ids(&pinned(&gateway, &route, "resp_b")), ["b"]);
+        assert_eq!(
+            ids(&pinned(
+                &gateway,
+                &route,
+                &Continued::Response("resp_b".into())
+            )),
+            ["b"]
+        );
         // Made by a candidate this route no longer has: that candidate alone.
         let elsewhere = gateway.config.route("m", Protocol::OpenAi).unwrap();
         let other = Route::of_one("x", Arc::clone(&elsewhere.candidates[1]));
@@ -289,7 +329,14 @@ candidates = ["a1", "b", "a2"]
                 .unwrap(),
         );
         gateway.responses.remember("resp_b2", &other.candidates[0]);
-        assert_eq!(ids(&pinned(&gateway, &only_a, "resp_b2")), ["b"]);
+        assert_eq!(
+            ids(&pinned(
+                &gateway,
+                &only_a,
+                &Continued::Response("resp_b2".into())
+            )),
+            ["b"]
+        );
     }
 
     #[test]

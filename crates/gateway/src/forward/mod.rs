@@ -55,8 +55,8 @@ pub(crate) struct LiveRequest {
 
 /// Takes a model request (`POST /v1/chat/completions`, `POST /v1/responses`,
 /// `POST /v1/messages`): reads its body, picks its route, and answers with what the forwarder
-/// sends. A Responses request that continues a stored response (`previous_response_id`) is kept
-/// to the base URL that holds it (see [`crate::responses`]).
+/// sends. A Responses request that continues a stored response (`previous_response_id`) or a
+/// conversation is kept to the base URL that holds it (see [`crate::responses`]).
 pub(crate) async fn accept(
     gateway: Arc<Gateway>,
     api: Api,
@@ -133,9 +133,9 @@ pub(crate) async fn accept(
         );
     };
     if api == Api::Responses
-        && let Some(previous) = crate::responses::previous_response_id(&body)
+        && let Some(continued) = crate::responses::continued(&body)
     {
-        route = crate::responses::pinned(&gateway, &route, &previous);
+        route = crate::responses::pinned(&gateway, &route, &continued);
     }
     let model = crate::observe::Model(model.into());
     let query = parts.uri.query().map(Box::from);

@@ -137,6 +137,12 @@ async fn a_stored_response_is_read_where_it_was_made() {
             format!("{path}/input_items?order=asc"),
         ]
     );
+
+    // An id rebound never saw: the configuration's first OpenAI provider.
+    let unknown = send(addr, "GET", "/v1/responses/resp_elsewhere", &[], "").await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    let last = a.requests().pop().unwrap();
+    assert_eq!(last.path, "/v1/responses/resp_elsewhere");
 }
 
 #[tokio::test]
@@ -219,4 +225,19 @@ async fn a_continued_response_never_moves_to_another_provider() {
     assert_eq!(next.status, 200, "{}", next.text());
     assert_eq!(next.header("x-rebound-candidate"), "b");
     assert_eq!(a.attempts("again"), 0);
+}
+
+#[tokio::test]
+async fn a_conversation_stays_at_the_provider_that_made_it() {
+    // Conversations are made through the first OpenAI provider (`a`, passed through): a
+    // response in one is retried there and never falls back to `b`, which does not know it.
+    let a = chaos("503, 503").await;
+    let b = chaos("ok").await;
+    let g = gateway(&two(&a, &b), &a).await;
+    let reply = g
+        .post("/v1/responses", &request(r#","conversation":"conv_1""#))
+        .await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    assert_eq!(a.attempts("default"), 2);
+    assert_eq!(b.attempts("default"), 0);
 }
