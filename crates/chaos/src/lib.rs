@@ -1,16 +1,21 @@
 //! # rebound-chaos
 //!
-//! A fault-injecting upstream that speaks OpenAI Chat Completions (`/v1/chat/completions`,
-//! `/v1/models`) and Anthropic Messages (`/v1/messages`), streaming and not, with a
-//! deterministic fake model. Point an agent, an official SDK or rebound itself at it and
-//! script what goes wrong.
+//! A fault-injecting upstream that speaks OpenAI Chat Completions (`/v1/chat/completions`),
+//! the OpenAI Responses API (`/v1/responses`, with stored responses and background mode),
+//! Anthropic Messages (`/v1/messages`), both token-counting endpoints and `/v1/models`,
+//! streaming and not, with a deterministic fake model that thinks when asked and calls tools
+//! with arguments that satisfy their schemas. Point an agent, an official SDK or rebound
+//! itself at it and script what goes wrong.
 //!
 //! ## What it owns
-//! - [`script`]: fault steps (`502, 429+retry-after-ms:300, cut-after-3-chunks, ok`).
-//! - [`model`]: the fake model and both protocols' wire shapes, including provider-shaped
-//!   error bodies and in-stream error events.
-//! - [`server`]: the HTTP server, per-key attempt counters (`GET /chaos/attempts`) and
-//!   scripts (`POST /chaos/scripts`).
+//! - [`script`]: fault steps (`502, 429+retry-after-ms:300, cut-after-3-chunks, ok+thinking`).
+//! - [`model`]: the fake model: what it answers to a conversation.
+//! - [`schema`]: example tool arguments from a JSON schema.
+//! - [`chat`], [`messages`], [`responses`]: each API's wire shapes; [`error_shape`]: error
+//!   bodies and in-stream error events.
+//! - [`stream`]: response bodies, streamed or whole, and the faults that break them.
+//! - [`server`]: the HTTP server, per-key attempt counters (`GET /chaos/attempts`), scripts
+//!   (`POST /chaos/scripts`) and the requests it received ([`Chaos::requests`]).
 //!
 //! ## Example
 //!
@@ -26,10 +31,21 @@
 //! Answer nondeterministically: the same script, seed and requests give the same bytes, so
 //! tests can assert exact attempt counts.
 
+pub mod chat;
+mod control;
+pub mod error_shape;
+pub mod messages;
 pub mod model;
+pub mod record;
+pub mod responses;
+mod route;
+pub mod schema;
 pub mod script;
 pub mod server;
+mod stored;
+pub mod stream;
 
-pub use model::Protocol;
-pub use script::{Step, parse_script};
+pub use model::{Api, Protocol};
+pub use record::RecordedRequest;
+pub use script::{Modifiers, Step, ToolChoice, parse_modifiers, parse_script};
 pub use server::{Chaos, ChaosConfig, KEY_HEADER};

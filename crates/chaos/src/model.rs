@@ -1,23 +1,63 @@
-//! The deterministic fake model and the two protocols' wire shapes.
+//! The deterministic fake model: what it answers to a conversation, in any of the three APIs.
 //!
-//! The model answers with text that names the last user message, or, when the request offers
-//! tools and the last message is not a tool result, with one call of the first tool. The same
-//! request always gets the same answer, so tests can compare bytes.
+//! It answers with text that names the last user message. When the request offers tools and
+//! the conversation holds no tool result yet, it calls one tool, with arguments that satisfy
+//! the tool's JSON schema ([`crate::schema`]); once a tool result is in the conversation it
+//! answers with text, so an agent never loops on tool calls. When the request asks for
+//! thinking (Anthropic `thinking`, Responses `reasoning`, Chat Completions `reasoning_effort`)
+//! or the step says `+thinking`, the reply starts with thinking. The same request always gets
+//! the same answer, so tests can compare bytes.
 
 use serde_json::{Value, json};
 
-/// Which API a request came in on.
+use crate::schema;
+use crate::script::{Modifiers, ToolChoice};
+
+/// Which protocol family a request speaks: it picks error shapes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Protocol {
-    /// OpenAI Chat Completions.
+    /// OpenAI (Chat Completions and Responses).
     OpenAi,
     /// Anthropic Messages.
     Anthropic,
 }
 
-/// What the model says.
+/// Which API a model request came in on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// OpenAI Chat Completions, `POST /v1/chat/completions`.
+    ChatCompletions,
+    /// OpenAI Responses, `POST /v1/responses`.
+    Responses,
+    /// Anthropic Messages, `POST /v1/messages`.
+    Messages,
+}
+
+impl Api {
+    /// The protocol family of the API.
+    pub fn protocol(self) -> Protocol {
+        match self {
+            Api::ChatCompletions | Api::Responses => Protocol::OpenAi,
+            Api::Messages => Protocol::Anthropic,
+        }
+    }
+}
+
+/// The thinking a reply starts with.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
+pub struct Thinking {
+    /// The thinking text, streamed in these chunks (empty when a Responses request asked for
+    /// reasoning without a summary).
+    pub chunks: Vec<String>,
+    /// The Anthropic `signature` / Responses `encrypted_content` of the thinking.
+    pub signature: String,
+    /// Whether an Anthropic `redacted_thinking` block follows the thinking block.
+    pub redacted: bool,
+}
+
+/// What follows the thinking.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
     /// Text, streamed in these chunks.
     Text(Vec<String>),
     /// A call of a tool with these JSON arguments.
@@ -27,19 +67,44 @@ pub enum Reply {
         /// The arguments, as JSON text.
         arguments: String,
     },
+    /// Nothing: the reply ran out of tokens while thinking.
+    Truncated,
+}
+
+/// What the model says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// Thinking first, when asked for.
+    pub thinking: Option<Thinking>,
+    /// Then the answer.
+    pub answer: Answer,
 }
 
 impl Reply {
-    /// The number of content chunks a stream of this reply carries.
-    pub fn chunk_count(&self) -> usize {
-        match self {
-            Reply::Text(chunks) => chunks.len(),
-            Reply::ToolCall { .. } => 2,
+    /// A text-only reply (used for tests and plain endpoints).
+    pub fn text(text: &str) -> Reply {
+        Reply {
+            thinking: None,
+            answer: Answer::Text(chunks(text)),
         }
+    }
+
+    /// The text of the answer, when it is text.
+    pub fn answer_text(&self) -> Option<String> {
+        match &self.answer {
+            Answer::Text(chunks) => Some(chunks.concat()),
+            _ => None,
+        }
+    }
+
+    /// The thinking text.
+    pub fn thinking_text(&self) -> Option<String> {
+        self.thinking.as_ref().map(|t| t.chunks.concat())
     }
 }
 
-fn text_of(content: &Value) -> String {
+/// The text of a message's content: a string, or the text of its parts.
+pub fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
@@ -49,6 +114,7 @@ fn text_of(content: &Value) -> String {
                     .and_then(Value::as_str)
                     .map(str::to_owned)
                     .or_else(|| p.get("content").map(text_of))
+                    .or_else(|| p.get("output").map(text_of))
             })
             .collect::<Vec<_>>()
             .join(" "),
@@ -56,50 +122,164 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-/// The model's reply to a request body.
-pub fn reply(protocol: Protocol, request: &Value) -> Reply {
-    let messages = request
-        .get("messages")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or_default();
-    let last = messages.last();
-    let last_is_tool_result = last.is_some_and(|m| match protocol {
-        Protocol::OpenAi => m.get("role").and_then(Value::as_str) == Some("tool"),
-        Protocol::Anthropic => m
-            .get("content")
-            .and_then(Value::as_array)
-            .is_some_and(|parts| {
-                parts
-                    .iter()
-                    .any(|p| p.get("type").and_then(Value::as_str) == Some("tool_result"))
-            }),
-    });
-    let last_text = last
-        .and_then(|m| m.get("content"))
-        .map(text_of)
-        .unwrap_or_default();
-    let tool = request
-        .get("tools")
-        .and_then(Value::as_array)
-        .and_then(|tools| tools.first())
-        .and_then(|t| match protocol {
-            Protocol::OpenAi => t.pointer("/function/name"),
-            Protocol::Anthropic => t.get("name"),
-        })
-        .and_then(Value::as_str);
-    if let (Some(name), false) = (tool, last_is_tool_result) {
-        return Reply::ToolCall {
-            name: name.to_owned(),
-            arguments: json!({ "input": last_text }).to_string(),
-        };
+/// What a user said in a message: its last text part. Agents put reminders and context in
+/// earlier parts (Claude Code's `<system-reminder>`s) and the prompt last.
+fn said_in(content: &Value) -> String {
+    match content {
+        Value::Array(parts) => parts
+            .iter()
+            .rev()
+            .find_map(|p| p.get("text").and_then(Value::as_str))
+            .map(str::to_owned)
+            .unwrap_or_default(),
+        other => text_of(other),
     }
-    let said: String = last_text.chars().take(200).collect();
-    let text = if last_is_tool_result {
-        format!("The tool answered: {}. Done.", said.trim_end_matches('.'))
-    } else {
-        format!("Hello from rebound chaos. You said: {said}")
+}
+
+/// A tool the request offers: its name and its JSON schema.
+#[derive(Clone, Debug, PartialEq)]
+struct Tool {
+    name: String,
+    schema: Value,
+}
+
+/// What the model reads of a request.
+#[derive(Debug, Default)]
+struct Conversation {
+    last_user_text: String,
+    last_tool_result: Option<String>,
+    /// Whether the conversation ends with a tool result (not a user message after it).
+    ends_with_tool_result: bool,
+    tools: Vec<Tool>,
+    wants_thinking: bool,
+    /// Responses: whether reasoning comes with a summary (streamed text).
+    summary: bool,
+}
+
+fn is_user(message: &Value) -> bool {
+    message.get("role").and_then(Value::as_str) == Some("user")
+}
+
+fn conversation(api: Api, request: &Value) -> Conversation {
+    let empty = Vec::new();
+    let array = |name: &str| {
+        request
+            .get(name)
+            .and_then(Value::as_array)
+            .unwrap_or(&empty)
     };
+    let mut conversation = Conversation::default();
+    match api {
+        Api::ChatCompletions => {
+            for message in array("messages") {
+                match message.get("role").and_then(Value::as_str) {
+                    Some("tool") => {
+                        conversation.ends_with_tool_result = true;
+                        conversation.last_tool_result =
+                            Some(message.get("content").map(text_of).unwrap_or_default());
+                    }
+                    Some("user") => {
+                        conversation.ends_with_tool_result = false;
+                        conversation.last_user_text =
+                            message.get("content").map(said_in).unwrap_or_default();
+                    }
+                    _ => {}
+                }
+            }
+            conversation.tools = array("tools")
+                .iter()
+                .filter(|t| {
+                    t.get("type").and_then(Value::as_str).unwrap_or("function") == "function"
+                })
+                .filter_map(|t| tool(t.get("function")?, "parameters"))
+                .collect();
+            conversation.wants_thinking = request.get("reasoning_effort").is_some();
+        }
+        Api::Messages => {
+            for message in array("messages").iter().filter(|m| is_user(m)) {
+                let results: Vec<&Value> = message
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .map(|parts| {
+                        parts
+                            .iter()
+                            .filter(|p| {
+                                p.get("type").and_then(Value::as_str) == Some("tool_result")
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                if let Some(last) = results.last() {
+                    conversation.ends_with_tool_result = true;
+                    conversation.last_tool_result =
+                        Some(last.get("content").map(text_of).unwrap_or_default());
+                } else {
+                    conversation.ends_with_tool_result = false;
+                    conversation.last_user_text =
+                        message.get("content").map(said_in).unwrap_or_default();
+                }
+            }
+            // Server tools (`web_search_…`, `bash_…`) have a type of their own and no schema.
+            conversation.tools = array("tools")
+                .iter()
+                .filter(|t| t.get("type").and_then(Value::as_str).unwrap_or("custom") == "custom")
+                .filter_map(|t| tool(t, "input_schema"))
+                .collect();
+            conversation.wants_thinking = matches!(
+                request.pointer("/thinking/type").and_then(Value::as_str),
+                Some("enabled" | "adaptive")
+            );
+        }
+        Api::Responses => {
+            match request.get("input") {
+                Some(Value::String(text)) => conversation.last_user_text = text.clone(),
+                Some(Value::Array(items)) => {
+                    for item in items {
+                        match item.get("type").and_then(Value::as_str) {
+                            Some("function_call_output" | "custom_tool_call_output") => {
+                                conversation.ends_with_tool_result = true;
+                                conversation.last_tool_result =
+                                    Some(item.get("output").map(text_of).unwrap_or_default());
+                            }
+                            Some("message") | None if is_user(item) => {
+                                conversation.ends_with_tool_result = false;
+                                conversation.last_user_text =
+                                    item.get("content").map(said_in).unwrap_or_default();
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+            conversation.tools = array("tools")
+                .iter()
+                .filter(|t| t.get("type").and_then(Value::as_str) == Some("function"))
+                .filter_map(|t| tool(t, "parameters"))
+                .collect();
+            let reasoning = request.get("reasoning").filter(|r| !r.is_null());
+            conversation.wants_thinking = reasoning.is_some();
+            conversation.summary = reasoning
+                .and_then(|r| r.get("summary"))
+                .is_some_and(|s| !s.is_null());
+        }
+    }
+    conversation
+}
+
+fn tool(definition: &Value, schema_field: &str) -> Option<Tool> {
+    Some(Tool {
+        name: definition.get("name")?.as_str()?.to_owned(),
+        // `parameters` is optional in OpenAI's APIs: a tool without it takes no arguments.
+        schema: definition
+            .get(schema_field)
+            .cloned()
+            .unwrap_or_else(|| json!({"type": "object"})),
+    })
+}
+
+/// Splits text into chunks of at least 8 bytes, at spaces.
+pub fn chunks(text: &str) -> Vec<String> {
     let mut chunks = Vec::new();
     let mut current = String::new();
     for word in text.split_inclusive(' ') {
@@ -111,267 +291,99 @@ pub fn reply(protocol: Protocol, request: &Value) -> Reply {
     if !current.is_empty() {
         chunks.push(current);
     }
-    Reply::Text(chunks)
+    chunks
 }
 
-/// The whole (non-streaming) response body.
-pub fn complete_body(protocol: Protocol, id: &str, model: &str, reply: &Reply) -> Value {
-    match (protocol, reply) {
-        (Protocol::OpenAi, Reply::Text(chunks)) => json!({
-            "id": id, "object": "chat.completion", "created": 1_796_050_800u64, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": chunks.concat(), "refusal": null},
-                         "logprobs": null, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": chunks.len(), "total_tokens": 12 + chunks.len()}
-        }),
-        (Protocol::OpenAi, Reply::ToolCall { name, arguments }) => json!({
-            "id": id, "object": "chat.completion", "created": 1_796_050_800u64, "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": null,
-                "tool_calls": [{"id": format!("call_{id}"), "type": "function", "function": {"name": name, "arguments": arguments}}]},
-                "logprobs": null, "finish_reason": "tool_calls"}],
-            "usage": {"prompt_tokens": 12, "completion_tokens": 2, "total_tokens": 14}
-        }),
-        (Protocol::Anthropic, Reply::Text(chunks)) => json!({
-            "id": id, "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": chunks.concat()}],
-            "stop_reason": "end_turn", "stop_sequence": null,
-            "usage": {"input_tokens": 12, "output_tokens": chunks.len()}
-        }),
-        (Protocol::Anthropic, Reply::ToolCall { name, arguments }) => json!({
-            "id": id, "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "tool_use", "id": format!("toolu_{id}"), "name": name,
-                         "input": serde_json::from_str::<Value>(arguments).unwrap_or(Value::Null)}],
-            "stop_reason": "tool_use", "stop_sequence": null,
-            "usage": {"input_tokens": 12, "output_tokens": 2}
-        }),
+/// The model's reply to a request body. `thinking_only` is the `thinking-only` step.
+pub fn reply(api: Api, request: &Value, modifiers: &Modifiers, thinking_only: bool) -> Reply {
+    let conversation = conversation(api, request);
+    let said: String = conversation.last_user_text.chars().take(200).collect();
+    let thinking =
+        (conversation.wants_thinking || modifiers.thinking || thinking_only).then(|| {
+            let text = format!(
+                "The user said: {}. I will answer briefly.",
+                said.trim_end_matches('.')
+            );
+            // A Responses request that asks for reasoning without a summary sees no reasoning text.
+            let streamed = api != Api::Responses
+                || conversation.summary
+                || modifiers.thinking
+                || thinking_only;
+            Thinking {
+                signature: signature(&text),
+                chunks: if streamed { chunks(&text) } else { Vec::new() },
+                redacted: modifiers.redacted_thinking && api == Api::Messages,
+            }
+        });
+    if thinking_only {
+        return Reply {
+            thinking,
+            answer: Answer::Truncated,
+        };
     }
+    let tool = match (&modifiers.tool, &conversation.last_tool_result) {
+        (_, Some(_)) | (ToolChoice::Text, _) => None,
+        (ToolChoice::Auto, None) => conversation.tools.first(),
+        (ToolChoice::Named(name), None) => conversation.tools.iter().find(|t| &t.name == name),
+    };
+    let answer = if let Some(tool) = tool {
+        Answer::ToolCall {
+            name: tool.name.clone(),
+            arguments: schema::example(&tool.schema).to_string(),
+        }
+    } else if let (true, Some(result)) = (
+        conversation.ends_with_tool_result,
+        &conversation.last_tool_result,
+    ) {
+        let result: String = result.chars().take(200).collect();
+        Answer::Text(chunks(&format!(
+            "The tool answered: {}. Done.",
+            result.trim_end_matches('.')
+        )))
+    } else {
+        Answer::Text(chunks(&format!(
+            "Hello from rebound chaos. You said: {said}"
+        )))
+    };
+    Reply { thinking, answer }
 }
 
-/// A stream as SSE frames: `(preamble, content, end)`. Faults cut between content frames.
-pub fn stream_frames(
-    protocol: Protocol,
-    id: &str,
-    model: &str,
-    reply: &Reply,
-) -> (Vec<String>, Vec<String>, Vec<String>) {
+/// A deterministic opaque string standing for a thinking signature or encrypted reasoning.
+fn signature(text: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("Q2hhb3M{hash:016x}c2lnbmF0dXJl")
+}
+
+/// Usage figures a reply reports: `(input, output)` tokens.
+pub fn usage(reply: &Reply) -> (usize, usize) {
+    let thinking = reply.thinking.as_ref().map_or(0, |t| t.chunks.len());
+    let answer = match &reply.answer {
+        Answer::Text(chunks) => chunks.len(),
+        Answer::ToolCall { .. } => 2,
+        Answer::Truncated => 0,
+    };
+    (12, thinking + answer)
+}
+
+/// A token count for a counting request: one token per four bytes of the body, at least one.
+pub fn count_tokens(body: &[u8]) -> usize {
+    body.len().div_ceil(4).max(1)
+}
+
+/// The `created` timestamp every answer carries.
+pub const CREATED: u64 = 1_796_050_800;
+
+/// The model list, in the caller's protocol shape.
+pub fn models(protocol: Protocol) -> Value {
     match protocol {
-        Protocol::OpenAi => openai_frames(id, model, reply),
-        Protocol::Anthropic => anthropic_frames(id, model, reply),
-    }
-}
-
-fn data(value: &Value) -> String {
-    format!("data: {value}\n\n")
-}
-
-fn event(name: &str, value: &Value) -> String {
-    format!("event: {name}\ndata: {value}\n\n")
-}
-
-fn openai_frames(id: &str, model: &str, reply: &Reply) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let chunk = |delta: Value, finish: Value| {
-        data(
-            &json!({"id": id, "object": "chat.completion.chunk", "created": 1_796_050_800u64,
-            "model": model, "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]}),
-        )
-    };
-    let preamble = vec![chunk(
-        json!({"role": "assistant", "content": ""}),
-        Value::Null,
-    )];
-    let (content, finish) = match reply {
-        Reply::Text(chunks) => (
-            chunks
-                .iter()
-                .map(|c| chunk(json!({"content": c}), Value::Null))
-                .collect(),
-            "stop",
-        ),
-        Reply::ToolCall { name, arguments } => (
-            vec![
-                chunk(
-                    json!({"tool_calls": [{"index": 0, "id": format!("call_{id}"), "type": "function",
-                        "function": {"name": name, "arguments": ""}}]}),
-                    Value::Null,
-                ),
-                chunk(
-                    json!({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
-                    Value::Null,
-                ),
-            ],
-            "tool_calls",
-        ),
-    };
-    let end = vec![
-        chunk(json!({}), json!(finish)),
-        "data: [DONE]\n\n".to_owned(),
-    ];
-    (preamble, content, end)
-}
-
-fn anthropic_frames(
-    id: &str,
-    model: &str,
-    reply: &Reply,
-) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let start = event(
-        "message_start",
-        &json!({"type": "message_start", "message": {"id": id, "type": "message", "role": "assistant",
-            "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": 12, "output_tokens": 1}}}),
-    );
-    let ping = event("ping", &json!({"type": "ping"}));
-    let (block, content, stop_reason) = match reply {
-        Reply::Text(chunks) => (
-            json!({"type": "text", "text": ""}),
-            chunks
-                .iter()
-                .map(|c| {
-                    event(
-                        "content_block_delta",
-                        &json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": c}}),
-                    )
-                })
-                .collect::<Vec<_>>(),
-            "end_turn",
-        ),
-        Reply::ToolCall { name, arguments } => {
-            let half = arguments.len() / 2;
-            let (a, b) = arguments.split_at(arguments.floor_char_boundary(half));
-            (
-                json!({"type": "tool_use", "id": format!("toolu_{id}"), "name": name, "input": {}}),
-                [a, b]
-                    .iter()
-                    .map(|part| {
-                        event(
-                            "content_block_delta",
-                            &json!({"type": "content_block_delta", "index": 0,
-                                "delta": {"type": "input_json_delta", "partial_json": part}}),
-                        )
-                    })
-                    .collect(),
-                "tool_use",
-            )
-        }
-    };
-    let block_start = event(
-        "content_block_start",
-        &json!({"type": "content_block_start", "index": 0, "content_block": block}),
-    );
-    let end = vec![
-        event(
-            "content_block_stop",
-            &json!({"type": "content_block_stop", "index": 0}),
-        ),
-        event(
-            "message_delta",
-            &json!({"type": "message_delta", "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-                "usage": {"output_tokens": 2}}),
-        ),
-        event("message_stop", &json!({"type": "message_stop"})),
-    ];
-    (vec![start, block_start, ping], content, end)
-}
-
-/// The body of an error status, shaped like the protocol's own. An OpenAI 401 echoes the key
-/// it was given, as OpenAI's own message and some proxies do: a test of whether keys leak.
-pub fn error_body_with_key(
-    protocol: Protocol,
-    status: u16,
-    context: bool,
-    key: Option<&str>,
-) -> Value {
-    let mut body = error_body(protocol, status, context);
-    if let (Protocol::OpenAi, 401, Some(key)) = (protocol, status, key)
-        && let Some(message) = body.pointer_mut("/error/message")
-    {
-        *message = json!(format!(
-            "Incorrect API key provided: {key}. You can find your API key at https://platform.openai.com/account/api-keys."
-        ));
-    }
-    body
-}
-
-/// The body of an error status, shaped like the protocol's own.
-pub fn error_body(protocol: Protocol, status: u16, context: bool) -> Value {
-    match protocol {
-        Protocol::OpenAi => {
-            let (message, kind, code) = match (status, context) {
-                (400, true) => (
-                    "This model's maximum context length is 128000 tokens. However, your messages resulted in 130415 tokens. Please reduce the length of the messages.",
-                    "invalid_request_error",
-                    json!("context_length_exceeded"),
-                ),
-                (400, false) => ("Invalid request.", "invalid_request_error", Value::Null),
-                (401, _) => (
-                    "Incorrect API key provided. You can find your API key at https://platform.openai.com/account/api-keys.",
-                    "invalid_request_error",
-                    json!("invalid_api_key"),
-                ),
-                (429, _) => (
-                    "Rate limit reached for chaos-1 in organization org-chaos on requests per min (RPM): Limit 60, Used 60, Requested 1.",
-                    "requests",
-                    json!("rate_limit_exceeded"),
-                ),
-                (502, _) => {
-                    return json!({"error": {"message": "Upstream API request failed", "type": "api_error", "param": null, "code": "upstream_error"}});
-                }
-                (503, _) => (
-                    "The engine is currently overloaded, please try again later",
-                    "server_error",
-                    Value::Null,
-                ),
-                _ => (
-                    "The server had an error while processing your request. Sorry about that!",
-                    "server_error",
-                    Value::Null,
-                ),
-            };
-            json!({"error": {"message": message, "type": kind, "param": null, "code": code}})
-        }
-        Protocol::Anthropic => {
-            let (kind, message) = match (status, context) {
-                (400, true) => (
-                    "invalid_request_error",
-                    "prompt is too long: 215047 tokens > 200000 maximum",
-                ),
-                (400, false) => ("invalid_request_error", "Invalid request."),
-                (401, _) => ("authentication_error", "invalid x-api-key"),
-                (403, _) => (
-                    "permission_error",
-                    "Your API key does not have permission to use the specified resource.",
-                ),
-                (404, _) => ("not_found_error", "model: chaos-unknown"),
-                (413, _) => (
-                    "request_too_large",
-                    "Request exceeds the maximum allowed number of bytes.",
-                ),
-                (429, _) => (
-                    "rate_limit_error",
-                    "This request would exceed the rate limit for your organization of 50 requests per minute.",
-                ),
-                (529 | 503, _) => ("overloaded_error", "Overloaded"),
-                _ => ("api_error", "Internal server error"),
-            };
-            json!({"type": "error", "error": {"type": kind, "message": message}})
-        }
-    }
-}
-
-/// The in-stream error event of a protocol, carrying `kind` as its error type.
-pub fn stream_error(protocol: Protocol, kind: &str) -> String {
-    let message = match kind {
-        "overloaded_error" => "Overloaded",
-        "rate_limit_error" | "rate_limit_exceeded" => "Rate limit reached. Please try again in 1s.",
-        _ => "The server had an error while processing your request. Sorry about that!",
-    };
-    match protocol {
-        Protocol::OpenAi => {
-            data(&json!({"error": {"message": message, "type": kind, "param": null, "code": null}}))
-        }
-        Protocol::Anthropic => event(
-            "error",
-            &json!({"type": "error", "error": {"type": kind, "message": message}}),
-        ),
+        Protocol::OpenAi => json!({"object": "list", "data": [
+            {"id": "chaos-1", "object": "model", "created": 0, "owned_by": "rebound-chaos"}]}),
+        Protocol::Anthropic => json!({"data": [
+            {"type": "model", "id": "chaos-1", "display_name": "Chaos 1", "created_at": "2026-01-01T00:00:00Z"}],
+            "has_more": false, "first_id": "chaos-1", "last_id": "chaos-1"}),
     }
 }
 
@@ -379,11 +391,18 @@ pub fn stream_error(protocol: Protocol, kind: &str) -> String {
 mod tests {
     use super::*;
 
+    fn plain(api: Api, request: &Value) -> Reply {
+        reply(api, request, &Modifiers::default(), false)
+    }
+
     #[test]
     fn the_same_request_gets_the_same_reply() {
         let req = json!({"model": "m", "messages": [{"role": "user", "content": "hi there"}]});
-        assert_eq!(reply(Protocol::OpenAi, &req), reply(Protocol::OpenAi, &req));
-        let Reply::Text(chunks) = reply(Protocol::OpenAi, &req) else {
+        assert_eq!(
+            plain(Api::ChatCompletions, &req),
+            plain(Api::ChatCompletions, &req)
+        );
+        let Answer::Text(chunks) = plain(Api::ChatCompletions, &req).answer else {
             panic!()
         };
         assert_eq!(
@@ -398,19 +417,44 @@ mod tests {
         let req = json!({"model": "m", "tools": [{"type": "function", "function": {"name": "clock"}}],
             "messages": [{"role": "user", "content": "what time"}]});
         assert!(
-            matches!(reply(Protocol::OpenAi, &req), Reply::ToolCall { ref name, .. } if name == "clock")
+            matches!(plain(Api::ChatCompletions, &req).answer, Answer::ToolCall { ref name, .. } if name == "clock")
         );
-        let after = json!({"model": "m", "tools": [{"type": "function", "function": {"name": "clock"}}],
-            "messages": [{"role": "user", "content": "what time"}, {"role": "tool", "tool_call_id": "c", "content": "noon"}]});
-        let Reply::Text(chunks) = reply(Protocol::OpenAi, &after) else {
-            panic!()
-        };
-        assert_eq!(chunks.concat(), "The tool answered: noon. Done.");
+        let after = json!({"model": "m", "tools": [{"type": "function", "function": {"name": "clock", "parameters": {}}}],
+            "messages": [{"role": "user", "content": "what time"}, {"role": "tool", "tool_call_id": "c", "content": "noon"},
+                         {"role": "user", "content": "and now?"}]});
+        assert_eq!(
+            plain(Api::ChatCompletions, &after).answer_text().as_deref(),
+            Some("Hello from rebound chaos. You said: and now?")
+        );
         let anthropic = json!({"model": "m", "tools": [{"name": "clock", "input_schema": {}}],
-            "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "noon"}]}]});
-        assert!(matches!(
-            reply(Protocol::Anthropic, &anthropic),
-            Reply::Text(_)
-        ));
+            "messages": [{"role": "user", "content": "x"}, {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "noon"}]}]});
+        assert_eq!(
+            plain(Api::Messages, &anthropic).answer_text().as_deref(),
+            Some("The tool answered: noon. Done.")
+        );
+        let responses = json!({"model": "m", "tools": [{"type": "function", "name": "clock", "parameters": {}}],
+            "input": [{"role": "user", "content": "x"}, {"type": "function_call_output", "call_id": "c", "output": "noon"}]});
+        assert_eq!(
+            plain(Api::Responses, &responses).answer_text().as_deref(),
+            Some("The tool answered: noon. Done.")
+        );
+    }
+
+    #[test]
+    fn thinking_when_asked() {
+        let req = json!({"model": "m", "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "messages": [{"role": "user", "content": "hi"}]});
+        let r = plain(Api::Messages, &req);
+        assert_eq!(
+            r.thinking_text().as_deref(),
+            Some("The user said: hi. I will answer briefly.")
+        );
+        let no = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        assert!(plain(Api::Messages, &no).thinking.is_none());
+        let only = reply(Api::ChatCompletions, &no, &Modifiers::default(), true);
+        assert!(only.thinking.is_some() && only.answer == Answer::Truncated);
+        let silent = json!({"model": "m", "reasoning": {"effort": "low"}, "input": "hi"});
+        let r = plain(Api::Responses, &silent);
+        assert!(r.thinking.as_ref().is_some_and(|t| t.chunks.is_empty()));
     }
 }

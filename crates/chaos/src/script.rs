@@ -41,6 +41,48 @@ pub enum Step {
     ErrorAfter(usize, String),
     /// Stream this many content chunks, then bytes that are not SSE.
     MalformedAfter(usize),
+    /// Responses API: stream this many content chunks, then a bare `error` event (instead of
+    /// `response.failed`) with this code. The other APIs treat it as [`Step::ErrorAfter`].
+    ErrorEventAfter(usize, String),
+    /// A reply that ends normally at the token limit with only thinking, no text:
+    /// `stop_reason: max_tokens`, `finish_reason: length`, `response.incomplete`.
+    ThinkingOnly,
+    /// A reply step with modifiers: what the reply holds (thinking, a tool call, text only).
+    With(Box<Step>, Modifiers),
+}
+
+/// What a reply holds, whatever its fault: `+thinking`, `+redacted-thinking`, `+text`,
+/// `+tool`, `+tool:NAME` after a reply step.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Modifiers {
+    /// `+thinking`: start with thinking even when the request did not ask for it.
+    pub thinking: bool,
+    /// `+redacted-thinking`: thinking plus an Anthropic `redacted_thinking` block.
+    pub redacted_thinking: bool,
+    /// `+text`, `+tool`, `+tool:NAME`: whether the reply calls a tool.
+    pub tool: ToolChoice,
+}
+
+/// Whether a reply calls one of the request's tools.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The first function tool, on the conversation's first turn (no tool results yet).
+    #[default]
+    Auto,
+    /// Text, even when the request offers tools.
+    Text,
+    /// This tool, on the conversation's first turn; text when the request does not offer it.
+    Named(String),
+}
+
+impl Step {
+    /// The step without its modifiers, and the modifiers.
+    pub fn parts(&self) -> (&Step, Modifiers) {
+        match self {
+            Step::With(step, modifiers) => (step, modifiers.clone()),
+            step => (step, Modifiers::default()),
+        }
+    }
 }
 
 /// A step that does not parse.
@@ -95,10 +137,68 @@ fn parse_ms(text: &str) -> Result<Duration, String> {
 /// Parses one step.
 pub fn parse_step(step: &str) -> Result<Step, String> {
     let step = step.trim();
+    let head = step.split('+').next().unwrap_or_default();
+    if head == "context" || head.parse::<u16>().is_ok() {
+        return parse_status(step);
+    }
+    let Some((head, modifiers)) = step.split_once('+') else {
+        return parse_reply(step);
+    };
+    Ok(Step::With(
+        Box::new(parse_reply(head)?),
+        parse_modifiers(modifiers)?,
+    ))
+}
+
+/// Parses modifiers without their step: `thinking+tool:Read`, `text`.
+pub fn parse_modifiers(modifiers: &str) -> Result<Modifiers, String> {
+    let mut parsed = Modifiers::default();
+    for modifier in modifiers
+        .split('+')
+        .map(str::trim)
+        .filter(|m| !m.is_empty())
+    {
+        match modifier {
+            "thinking" => parsed.thinking = true,
+            "redacted-thinking" => {
+                parsed.thinking = true;
+                parsed.redacted_thinking = true;
+            }
+            "text" => parsed.tool = ToolChoice::Text,
+            "tool" => parsed.tool = ToolChoice::Auto,
+            other => match other.strip_prefix("tool:") {
+                Some(name) if !name.trim().is_empty() => {
+                    parsed.tool = ToolChoice::Named(name.trim().to_owned());
+                }
+                _ => {
+                    return Err(format!(
+                        "`+{other}` is not a modifier (thinking, redacted-thinking, text, tool, tool:NAME)"
+                    ));
+                }
+            },
+        }
+    }
+    Ok(parsed)
+}
+
+fn parse_kind(rest: &str) -> Result<(usize, String), String> {
+    let (count, kind) = match rest.split_once(':') {
+        Some((count, kind)) => (count, kind),
+        None => (rest, "overloaded_error"),
+    };
+    if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+        return Err(format!("`{kind}` is not an error type"));
+    }
+    Ok((parse_count(count)?, kind.to_owned()))
+}
+
+/// A step that answers 200 (or faults within the answer).
+fn parse_reply(step: &str) -> Result<Step, String> {
     match step {
         "ok" => return Ok(Step::Ok),
         "reset" => return Ok(Step::Reset),
         "stall" => return Ok(Step::Stall(DEFAULT_STALL)),
+        "thinking-only" => return Ok(Step::ThinkingOnly),
         _ => {}
     }
     if let Some(ms) = step.strip_prefix("stall:") {
@@ -116,30 +216,29 @@ pub fn parse_step(step: &str) -> Result<Step, String> {
         return Ok(Step::StallAfter(parse_count(count)?, stall));
     }
     if let Some(rest) = step.strip_prefix("error-after-") {
-        let (count, kind) = match rest.split_once(':') {
-            Some((count, kind)) => (count, kind),
-            None => (rest, "overloaded_error"),
-        };
-        if kind.is_empty() || !kind.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(format!("`{kind}` is not an error type"));
-        }
-        return Ok(Step::ErrorAfter(parse_count(count)?, kind.to_owned()));
+        return parse_kind(rest).map(|(n, kind)| Step::ErrorAfter(n, kind));
+    }
+    if let Some(rest) = step.strip_prefix("error-event-after-") {
+        return parse_kind(rest).map(|(n, kind)| Step::ErrorEventAfter(n, kind));
     }
     if let Some(rest) = step.strip_prefix("malformed-after-") {
         return parse_count(rest).map(Step::MalformedAfter);
     }
+    Err(
+        "expected ok, reset, stall[:MS], a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N or thinking-only"
+            .to_owned(),
+    )
+}
+
+/// An error status with headers: `429+retry-after:3`.
+fn parse_status(step: &str) -> Result<Step, String> {
     let mut parts = step.split('+');
     let head = parts.next().unwrap_or_default();
     let (status, context) = match head {
         "context" => (400, true),
         _ => match head.parse::<u16>() {
             Ok(s) if (400..=599).contains(&s) => (s, false),
-            _ => {
-                return Err(
-                    "expected ok, reset, stall[:MS], a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE] or malformed-after-N"
-                        .to_owned(),
-                );
-            }
+            _ => return Err(format!("`{head}` is not a 4xx or 5xx status")),
         },
     };
     let headers = parts
@@ -183,6 +282,21 @@ impl fmt::Display for Step {
             Step::StallAfter(n, d) => write!(f, "stall-after-{n}:{}", d.as_millis()),
             Step::ErrorAfter(n, kind) => write!(f, "error-after-{n}:{kind}"),
             Step::MalformedAfter(n) => write!(f, "malformed-after-{n}"),
+            Step::ErrorEventAfter(n, kind) => write!(f, "error-event-after-{n}:{kind}"),
+            Step::ThinkingOnly => f.write_str("thinking-only"),
+            Step::With(step, modifiers) => {
+                write!(f, "{step}")?;
+                if modifiers.redacted_thinking {
+                    f.write_str("+redacted-thinking")?;
+                } else if modifiers.thinking {
+                    f.write_str("+thinking")?;
+                }
+                match &modifiers.tool {
+                    ToolChoice::Auto => Ok(()),
+                    ToolChoice::Text => f.write_str("+text"),
+                    ToolChoice::Named(name) => write!(f, "+tool:{name}"),
+                }
+            }
         }
     }
 }
@@ -256,5 +370,44 @@ mod tests {
         assert!(parse_step("cut-after-x").is_err());
         assert!(parse_step("stall:99999999").is_err());
         assert!(parse_step("error-after-1:bad type").is_err());
+        assert!(parse_step("ok+sparkles").is_err());
+        assert!(parse_step("200").is_err());
+        assert!(parse_modifiers("tool:").is_err());
+        assert_eq!(
+            parse_modifiers("thinking+tool:Read"),
+            Ok(Modifiers {
+                thinking: true,
+                redacted_thinking: false,
+                tool: ToolChoice::Named("Read".into())
+            })
+        );
+    }
+
+    #[test]
+    fn reply_steps_take_modifiers_and_print_back() {
+        let steps = parse_script(
+            "ok+thinking, cut-after-2+tool:Read, ok+text, thinking-only, error-event-after-1:server_error, ok+redacted-thinking+text",
+        )
+        .unwrap();
+        assert_eq!(
+            steps[0],
+            Step::With(
+                Box::new(Step::Ok),
+                Modifiers {
+                    thinking: true,
+                    ..Modifiers::default()
+                }
+            )
+        );
+        let (base, modifiers) = steps[1].parts();
+        assert_eq!(base, &Step::CutAfter(2));
+        assert_eq!(modifiers.tool, ToolChoice::Named("Read".into()));
+        assert_eq!(steps[3], Step::ThinkingOnly);
+        assert_eq!(steps[4], Step::ErrorEventAfter(1, "server_error".into()));
+        let text: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text.join(", "),
+            "ok+thinking, cut-after-2-chunks+tool:Read, ok+text, thinking-only, error-event-after-1:server_error, ok+redacted-thinking+text"
+        );
     }
 }

@@ -32,6 +32,43 @@ use rebound_runtime::{HttpClient, Timeouts};
 const BODY: &str = r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
 const STREAM_BODY: &str =
     r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+const RESPONSES_STREAM_BODY: &str = r#"{"model":"m","stream":true,"input":"hi"}"#;
+
+/// What a measured request asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Load {
+    /// A whole Chat Completions answer.
+    Whole,
+    /// A Chat Completions stream.
+    ChatStream,
+    /// A Responses API stream.
+    ResponsesStream,
+}
+
+impl Load {
+    fn path(self) -> &'static str {
+        match self {
+            Load::Whole | Load::ChatStream => "/v1/chat/completions",
+            Load::ResponsesStream => "/v1/responses",
+        }
+    }
+
+    fn body(self) -> &'static str {
+        match self {
+            Load::Whole => BODY,
+            Load::ChatStream => STREAM_BODY,
+            Load::ResponsesStream => RESPONSES_STREAM_BODY,
+        }
+    }
+
+    fn measure(self) -> &'static str {
+        match self {
+            Load::Whole => "whole response",
+            Load::ChatStream => "first token",
+            Load::ResponsesStream => "resp. 1st token",
+        }
+    }
+}
 
 struct Proc(Child);
 
@@ -203,7 +240,7 @@ fn wrk(addr: SocketAddr) -> Option<f64> {
 async fn fixed_rate(
     client: &std::sync::Arc<HttpClient>,
     addr: SocketAddr,
-    stream: bool,
+    load: Load,
     rate: u32,
     seconds: u32,
 ) -> Vec<Duration> {
@@ -216,7 +253,7 @@ async fn fixed_rate(
         let at = start + interval * i;
         tasks.push(tokio::spawn(async move {
             tokio::time::sleep_until(at).await;
-            timed(&client, addr, stream).await
+            timed(&client, addr, load).await
         }));
     }
     let mut out = Vec::with_capacity(tasks.len());
@@ -235,18 +272,17 @@ fn new_client() -> std::sync::Arc<HttpClient> {
 }
 
 /// One request: its latency, or for a stream the time to its first token.
-async fn timed(client: &HttpClient, addr: SocketAddr, stream: bool) -> Option<Duration> {
+async fn timed(client: &HttpClient, addr: SocketAddr, load: Load) -> Option<Duration> {
     // Latency from the moment of sending: the timer's millisecond granularity would
     // otherwise add up to a millisecond of noise to both paths.
     let at = tokio::time::Instant::now();
-    let body = if stream { STREAM_BODY } else { BODY };
-    let request = Request::post(format!("http://{addr}/v1/chat/completions"))
+    let request = Request::post(format!("http://{addr}{}", load.path()))
         .header("content-type", "application/json")
-        .body(Bytes::from_static(body.as_bytes()))
+        .body(Bytes::from_static(load.body().as_bytes()))
         .unwrap();
     let response = client.send(request).await.ok()?;
     let mut body = response.into_body();
-    if stream {
+    if load != Load::Whole {
         // Time to the first content byte (the first token), not to the preamble:
         // rebound holds preambles back until content arrives, by design.
         let mut first = None;
@@ -333,7 +369,7 @@ async fn idle_streams(gateway: SocketAddr, gateway_pid: u32, upstream_pid: u32, 
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = rss_kib(gateway_pid);
     let upstream_after = rss_kib(upstream_pid);
-    let others = fixed_rate(&new_client(), gateway, false, 200, 1).await;
+    let others = fixed_rate(&new_client(), gateway, Load::Whole, 200, 1).await;
     for task in held {
         task.abort();
     }
@@ -506,12 +542,8 @@ fn latency(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
         "  {:<24} {:<16} {:>10} {:>10} {:>12} {:>12}",
         "path", "measure", "p50", "p99", "added p50", "added p99"
     );
-    for stream in [false, true] {
-        let measure = if stream {
-            "first token"
-        } else {
-            "whole response"
-        };
+    for load in [Load::Whole, Load::ChatStream, Load::ResponsesStream] {
+        let measure = load.measure();
         // One client per path, kept across rounds, as an agent keeps its connections.
         let clients: Vec<_> = paths.iter().map(|_| new_client()).collect();
         // Rounds alternate the paths, so a noisy second on a shared machine falls on all of
@@ -524,8 +556,8 @@ fn latency(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
             for (((_, addr), client), (p50s, p99s)) in
                 paths.iter().zip(&clients).zip(figures.iter_mut())
             {
-                runtime.block_on(fixed_rate(client, *addr, stream, rate, 1));
-                let sorted = runtime.block_on(fixed_rate(client, *addr, stream, rate, 3));
+                runtime.block_on(fixed_rate(client, *addr, load, rate, 1));
+                let sorted = runtime.block_on(fixed_rate(client, *addr, load, rate, 3));
                 p50s.push(percentile(&sorted, 0.5));
                 p99s.push(percentile(&sorted, 0.99));
             }
@@ -568,7 +600,7 @@ fn cold(runtime: &tokio::runtime::Runtime, paths: &[(&str, SocketAddr)]) {
     for round in 0..=SAMPLES {
         for (((_, addr), client), samples) in paths.iter().zip(&clients).zip(samples.iter_mut()) {
             std::thread::sleep(IDLE);
-            let took = runtime.block_on(timed(client, *addr, false));
+            let took = runtime.block_on(timed(client, *addr, Load::Whole));
             // The first round opens the connections.
             if round > 0 {
                 samples.extend(took);

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use rebound_chaos::{Chaos, ChaosConfig, parse_script};
+use rebound_chaos::{Chaos, ChaosConfig, parse_modifiers, parse_script};
 
 use crate::bad_input;
 
@@ -27,6 +27,10 @@ pub(crate) struct ChaosArgs {
     /// With --seed: the share of requests that fail, in [0, 1].
     #[arg(long, value_name = "R", default_value_t = 0.3, requires = "seed")]
     fault_rate: f64,
+    /// What replies hold when their step names no modifiers, e.g. `text` (never call a
+    /// tool), `tool:Read` (call that tool on a conversation's first turn), `thinking`.
+    #[arg(long, value_name = "MODIFIERS")]
+    reply: Option<String>,
     /// Pause between streamed content chunks, in milliseconds.
     #[arg(long, value_name = "MS", default_value_t = 20)]
     chunk_delay_ms: u64,
@@ -51,6 +55,12 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
             parse_script(steps).map_err(|e| bad_input(format!("--script {}: {e}", key.trim())))?;
         scripts.insert(key.trim().to_owned(), steps);
     }
+    let reply = args
+        .reply
+        .as_deref()
+        .map(parse_modifiers)
+        .transpose()
+        .map_err(|e| bad_input(format!("--reply: {e}")))?;
     let config = ChaosConfig {
         scripts,
         seed: args.seed,
@@ -65,6 +75,9 @@ pub(crate) fn run(args: ChaosArgs) -> Result<()> {
         let chaos = Chaos::start(args.listen, config)
             .await
             .map_err(|e| bad_input(format!("--listen {}: {e}", args.listen)))?;
+        if let Some(reply) = reply {
+            chaos.set_reply(reply);
+        }
         // The banner is a courtesy: a closed stdout must not stop the server.
         let mut out = std::io::stdout().lock();
         let _ = writeln!(

@@ -13,6 +13,10 @@
 //! - [`forward`]: one request as a host of the recovery loop (`rebound_runtime::recovery`):
 //!   invisible retries and fallbacks before the commit point, byte-faithful relaying after it,
 //!   keep-alive countdowns, one terminal error.
+//! - `passthrough`: token counting, stored responses and every path rebound does not serve,
+//!   forwarded byte for byte to a provider as hosts of the same loop (G8); `caller` tells an
+//!   Anthropic caller from an OpenAI one; [`responses`] remembers which candidate holds each
+//!   stored response.
 //! - [`body`]: reading `model`/`stream` and rewriting `model` without touching other bytes.
 //! - [`shape`]: errors shaped like each provider's own.
 //! - [`jobs`]: durable jobs: the jobs API and the driver that persists every decision.
@@ -27,14 +31,17 @@
 
 mod auth;
 pub mod body;
+mod caller;
 pub mod config;
 pub mod forward;
 pub mod jobs;
 mod limit;
 pub mod metrics;
 pub mod models;
-mod observe;
+pub mod observe;
+mod passthrough;
 mod reply;
+pub mod responses;
 mod router;
 pub mod server;
 pub mod shape;

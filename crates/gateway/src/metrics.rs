@@ -1,4 +1,5 @@
-//! `/metrics` (G6): requests by protocol and outcome, attempts by candidate, retries,
+//! `/metrics` (G6): requests by protocol and outcome, every client request by the surface
+//! that answered it (passed-through and unserved paths included), attempts by candidate, retries,
 //! exhaustions and fallbacks by class and code, recoveries by class, and a histogram of the
 //! time waited before retries. The counters live in a `prometheus-client` registry and are
 //! rendered in its OpenMetrics text format.
@@ -114,6 +115,7 @@ pub struct Metrics {
     recoveries: Counters<1>,
     exhaustions: Counters<2>,
     fallbacks: Counters<2>,
+    surfaces: Counters<2>,
     wait: Histogram,
 }
 
@@ -125,6 +127,7 @@ impl Default for Metrics {
         let recoveries = Counters::new(["class"]);
         let exhaustions = Counters::new(["class", "code"]);
         let fallbacks = Counters::new(["class", "code"]);
+        let surfaces = Counters::new(["surface", "status"]);
         let wait = Histogram::new(WAIT_BUCKETS);
         let mut registry = Registry::default();
         // Counters are registered without `_total`: the format adds it to their samples.
@@ -158,6 +161,13 @@ impl Default for Metrics {
             "Fallbacks to the next candidate, by class and code.",
             fallbacks.family.clone(),
         );
+        registry.register(
+            "rebound_http_requests",
+            "Client requests by the surface that answered (chat_completions, responses, \
+             messages, token_count, stored_response, models, passthrough, unserved, rebound) \
+             and status class (2xx, 4xx …).",
+            surfaces.family.clone(),
+        );
         registry.register_with_unit(
             "rebound_wait",
             "Time waited before retries.",
@@ -172,6 +182,7 @@ impl Default for Metrics {
             recoveries,
             exhaustions,
             fallbacks,
+            surfaces,
             wait,
         }
     }
@@ -208,6 +219,11 @@ impl Metrics {
     /// A fallback to the next candidate after `class`/`code`.
     pub fn fallback(&self, class: &str, code: &str) {
         self.fallbacks.inc([class, code]);
+    }
+
+    /// A client request was answered by `surface` with a status of class `status` (`2xx` …).
+    pub fn answered(&self, surface: &str, status: &str) {
+        self.surfaces.inc([surface, status]);
     }
 
     /// The OpenMetrics text exposition ([`CONTENT_TYPE`]).

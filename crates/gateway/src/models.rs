@@ -1,4 +1,6 @@
-//! `GET /v1/models`.
+//! `GET /v1/models`, in the caller's protocol: OpenAI's list for OpenAI callers, Anthropic's
+//! (`data` of `{type: "model", id, display_name, created_at}`, `has_more`, `first_id`,
+//! `last_id`) for Anthropic callers.
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode, header};
@@ -12,48 +14,23 @@ use crate::state::Gateway;
 /// The largest model list relayed; a larger one is replaced by the configured names.
 const LIST_LIMIT: usize = 8 << 20;
 
-/// `GET /v1/models`: the first OpenAI candidate's list, relayed; or the configured names.
-pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
-    let candidate = gateway
-        .config
-        .routes
-        .iter()
-        .flat_map(|r| r.candidates.iter())
-        .find(|c| c.protocol == Protocol::OpenAi);
-    let listed = || {
-        let mut names: Vec<String> = gateway
-            .config
-            .routes
-            .iter()
-            .flat_map(|r| {
-                r.models
-                    .iter()
-                    .filter(|m| !m.contains('*'))
-                    .cloned()
-                    .chain(r.candidates.iter().filter_map(|c| c.model.clone()))
-            })
-            .collect();
-        names.sort();
-        names.dedup();
-        let data: Vec<_> = names
-            .iter()
-            .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "rebound"}))
-            .collect();
-        full(
-            StatusCode::OK,
-            "application/json",
-            serde_json::json!({"object": "list", "data": data}).to_string(),
-        )
+/// `GET /v1/models` for a `protocol` caller: the list of that protocol's provider (see
+/// [`crate::config::Config::provider`]), relayed; or, when there is none or it fails, the
+/// configured model names in the protocol's list shape.
+pub(crate) async fn models(gateway: &Gateway, protocol: Protocol) -> Response<Body> {
+    let Some(candidate) = gateway.config.provider(protocol) else {
+        return listed(gateway, protocol);
     };
-    let Some(candidate) = candidate else {
-        return listed();
+    let url = match protocol {
+        Protocol::OpenAi => format!("{}/models", candidate.base_url),
+        Protocol::Anthropic => format!("{}/v1/models", candidate.base_url),
     };
-    let mut request = match Request::get(format!("{}/models", candidate.base_url))
+    let mut request = match Request::get(url)
         .version(candidate.version())
         .body(Bytes::new())
     {
         Ok(request) => request,
-        Err(_) => return listed(),
+        Err(_) => return listed(gateway, protocol),
     };
     candidate.authorize(request.headers_mut());
     match gateway.client.send(request).await {
@@ -67,9 +44,56 @@ pub(crate) async fn models(gateway: &Gateway) -> Response<Body> {
                     response.headers_mut().remove(header::CONTENT_LENGTH);
                     response
                 }
-                _ => listed(),
+                _ => listed(gateway, protocol),
             }
         }
-        _ => listed(),
+        _ => listed(gateway, protocol),
     }
+}
+
+/// The configured model names (patterns left out), in `protocol`'s list shape.
+fn listed(gateway: &Gateway, protocol: Protocol) -> Response<Body> {
+    let mut names: Vec<&str> = gateway
+        .config
+        .routes
+        .iter()
+        .flat_map(|r| {
+            r.models
+                .iter()
+                .filter(|m| !m.contains('*'))
+                .map(String::as_str)
+                .chain(r.candidates.iter().filter_map(|c| c.model.as_deref()))
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let body = match protocol {
+        Protocol::OpenAi => {
+            let data: Vec<_> = names
+                .iter()
+                .map(|id| serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "rebound"}))
+                .collect();
+            serde_json::json!({"object": "list", "data": data})
+        }
+        Protocol::Anthropic => {
+            let data: Vec<_> = names
+                .iter()
+                .map(|id| {
+                    serde_json::json!({
+                        "type": "model",
+                        "id": id,
+                        "display_name": id,
+                        "created_at": "1970-01-01T00:00:00Z",
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "data": data,
+                "has_more": false,
+                "first_id": names.first(),
+                "last_id": names.last(),
+            })
+        }
+    };
+    full(StatusCode::OK, "application/json", body.to_string())
 }

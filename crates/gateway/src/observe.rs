@@ -1,10 +1,67 @@
 //! What the recovery loop reports, counted in `/metrics` (G6): the same for live requests and
-//! durable jobs, because both report through here.
+//! durable jobs, because both report through here. And each client request's one log line and
+//! count by the surface that answered it.
 
+use http::{Method, Response};
 use rebound_core::{Action, StopReason};
 use rebound_runtime::Report;
 
 use crate::metrics::Metrics;
+
+/// The target of the one log event of each client request.
+pub const REQUEST_TARGET: &str = "rebound::request";
+
+/// The model a request named, carried on its response to its log line.
+#[derive(Clone, Debug)]
+pub(crate) struct Model(pub(crate) Box<str>);
+
+/// Logs one answered request (method, path without its query string, surface, model, status,
+/// and the attempts the response's head reports) and counts it by surface and status class.
+/// For a stream, the status is its head's: a failure after content ends the stream, not the
+/// status.
+pub(crate) fn answered<B>(
+    metrics: &Metrics,
+    method: &Method,
+    path: &str,
+    surface: &str,
+    response: &Response<B>,
+) {
+    let status = response.status();
+    let class = match status.as_u16() {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    metrics.answered(surface, class);
+    let model = response.extensions().get::<Model>().map(|m| &*m.0);
+    let attempts = response
+        .headers()
+        .get("x-rebound-attempts")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(0);
+    let fields = (method.as_str(), status.as_u16());
+    macro_rules! event {
+        ($level:ident) => {
+            tracing::$level!(
+                target: REQUEST_TARGET,
+                method = %fields.0,
+                path = %path,
+                surface = %surface,
+                model = model.map(tracing::field::display),
+                status = fields.1,
+                attempts,
+            )
+        };
+    }
+    if status.is_server_error() {
+        event!(warn);
+    } else {
+        event!(info);
+    }
+}
 
 /// Counts one report of a request of `protocol` (`openai`, `anthropic`); `candidate_id` names
 /// a route position.

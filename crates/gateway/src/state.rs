@@ -11,6 +11,7 @@ use rebound_runtime::{Clock, Engine, HttpClient, Sleeper};
 use crate::config::Config;
 use crate::jobs::ledger::Jobs;
 use crate::metrics::Metrics;
+use crate::responses::Homes;
 
 /// Everything a request needs, shared.
 pub struct Gateway {
@@ -19,6 +20,8 @@ pub struct Gateway {
     pub(crate) engine: Engine,
     pub(crate) metrics: Metrics,
     pub(crate) jobs: Option<Jobs>,
+    /// Which candidate made each response id of the Responses API rebound relayed.
+    pub(crate) responses: Homes,
 }
 
 impl Gateway {
@@ -31,6 +34,7 @@ impl Gateway {
             engine: Engine::new(catalogue),
             metrics: Metrics::default(),
             jobs: None,
+            responses: Homes::default(),
         }
     }
 

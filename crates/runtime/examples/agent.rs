@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use rebound_chaos::{Chaos, ChaosConfig, parse_script};
 use rebound_core::RetryStatus;
-use rebound_runtime::{Event, Protocol, Provider, Runtime};
+use rebound_runtime::{Api, Event, Provider, Runtime};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -39,7 +39,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 
     let runtime = Runtime::interactive()?;
     let provider = Provider {
-        protocol: Protocol::Anthropic,
+        api: Api::Messages,
         base_url: chaos.anthropic_base_url(),
         api_key: Some("sk-ant-example".into()),
         model: "chaos-1".into(),

@@ -121,8 +121,8 @@ impl<'r> TurnDriver<'r> {
     }
 
     /// Sends `body` (a protocol-native request body) and returns the complete response,
-    /// replaying the failed request as the policy allows. Events go to `sink`: text as it
-    /// streams, `Discard` when a failed attempt's partial output must go, `Retrying` while
+    /// replaying the failed request as the policy allows. Events go to `sink`: text and
+    /// thinking as they stream, `Discard` when a failed attempt's partial output must go, `Retrying` while
     /// waiting, and exactly one `End` (preceded by exactly one `Error` when recovery stops).
     pub async fn request(
         &mut self,

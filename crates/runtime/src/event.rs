@@ -27,6 +27,13 @@ pub enum Event {
         /// The text.
         text: String,
     },
+    /// Streamed thinking or reasoning of the visible assistant message, shown live (G9).
+    Reasoning {
+        /// The visible message id, the same across replays (R2).
+        message_id: String,
+        /// The thinking or reasoning text.
+        text: String,
+    },
     /// The failed attempt's partial output must be dropped: the replay starts the message
     /// again under the same id (R1, R2).
     Discard {

@@ -1,15 +1,16 @@
 //! # rebound-runtime
 //!
 //! The async layer an agent runtime embeds. It sends one model request through a provider
-//! (OpenAI Chat Completions or Anthropic Messages, streaming or not); when the request fails
+//! (OpenAI Chat Completions, the OpenAI Responses API or Anthropic Messages, streaming or
+//! not); when the request fails
 //! it asks `rebound-core` what to do, waits (abortably), replays only the failed request, and
 //! tells the caller what it is doing.
 //!
 //! ## What it owns
 //! - [`http`]: the one HTTP client, with rustls, pooling and timeouts, and no retries of its
 //!   own (B5); transport failures become evidence.
-//! - [`provider`]: the two protocols: requests, complete answers, stream items and the commit
-//!   point.
+//! - [`provider`]: the two protocols and their three APIs (Chat Completions, Responses,
+//!   Messages): requests, complete answers, stream items and the commit point.
 //! - [`sse`]: server-sent-events framing.
 //! - [`recovery`]: the recovery loop, written once: attempt, evidence, decision, then wait,
 //!   fall back or stop, over a small [`Host`] trait. The gateway's live requests and durable
@@ -18,19 +19,20 @@
 //! - [`driver`]: the [`Runtime`] (client, one policy object, recovery engine) and the
 //!   [`TurnDriver`] that runs one request at a time as a host of the loop.
 //! - [`time`]: the clock and the one way to wait, virtual in tests.
-//! - [`event`]: what the caller hears: text, discard, retrying, fallback, error, end.
+//! - [`event`]: what the caller hears: text, reasoning, discard, retrying, fallback, error,
+//!   end.
 //!
 //! ## Example
 //!
 //! ```no_run
-//! use rebound_runtime::{Event, Protocol, Provider, Runtime};
+//! use rebound_runtime::{Api, Event, Provider, Runtime};
 //! use serde_json::json;
 //! use tokio_util::sync::CancellationToken;
 //!
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
 //! let runtime = Runtime::interactive()?;
 //! let provider = Provider {
-//!     protocol: Protocol::Anthropic,
+//!     api: Api::Messages,
 //!     base_url: "https://api.anthropic.com".into(),
 //!     api_key: std::env::var("ANTHROPIC_API_KEY").ok(),
 //!     model: "claude-sonnet-4-5".into(),

@@ -10,14 +10,15 @@ use tokio_util::sync::CancellationToken;
 use crate::attempt::{RESPONSE_LIMIT, transport_evidence};
 use crate::event::{Event, EventSink};
 use crate::http::{ResponseBody, TransportFailure, read_whole};
-use crate::provider::{Api, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
+use crate::provider::{AnswerError, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
 
 /// How reading an answer ended.
 pub(crate) enum Read {
     /// A complete, non-empty response.
     Response(ModelResponse),
-    /// A broken, empty or failed answer; `delivered` when its text already reached the caller.
+    /// A broken, empty or failed answer; `delivered` when its text or reasoning already
+    /// reached the caller.
     Failed {
         /// What it left behind.
         evidence: Evidence,
@@ -52,12 +53,12 @@ pub(crate) async fn read_complete(
         }
     };
     match provider.parse_complete(&bytes) {
-        Some(mut response) if !response.is_empty() => {
+        Ok(mut response) if !response.is_empty() => {
             response.message_id = message_id.to_owned();
             Read::Response(response)
         }
         // An empty answer is evidence with an empty body (`empty_response`).
-        Some(_) => Read::Failed {
+        Ok(_) => Read::Failed {
             evidence: crate::attempt::response_evidence(
                 &provider.name,
                 parts.status,
@@ -66,8 +67,22 @@ pub(crate) async fn read_complete(
             ),
             delivered: false,
         },
+        // A Responses answer that says it failed: classified by its error code, as the
+        // stream's `response.failed` is.
+        Err(AnswerError::Failed { kind }) => Read::Failed {
+            evidence: Evidence {
+                sse_event: Some(kind),
+                ..crate::attempt::response_evidence(
+                    &provider.name,
+                    parts.status,
+                    &parts.headers,
+                    &bytes,
+                )
+            },
+            delivered: false,
+        },
         // A body that is not the protocol's JSON is a broken answer.
-        None => Read::Failed {
+        Err(_) => Read::Failed {
             evidence: broken(
                 provider,
                 TransportKind::BodyDecode,
@@ -130,7 +145,7 @@ pub(crate) async fn read_stream(
             Err(e) => return stream.broken(TransportKind::BodyDecode, e.to_string()),
         };
         for event in events {
-            for item in stream_items(Api::native(provider.protocol), &event.event, &event.data) {
+            for item in stream_items(provider.api, &event.event, &event.data) {
                 if let Some(read) = stream.item(item, &event.data, sink) {
                     return read;
                 }
@@ -162,11 +177,22 @@ impl Stream<'_> {
             self.phase = Phase::Stream;
         }
         match item {
-            StreamItem::Text(text) => {
+            // A refusal is the model's visible answer, read like text.
+            StreamItem::Text(text) | StreamItem::Refusal(text) => {
                 if !text.is_empty() {
                     self.delivered = true;
                     self.response.text.push_str(&text);
                     sink.emit(Event::Text {
+                        message_id: self.response.message_id.clone(),
+                        text,
+                    });
+                }
+            }
+            StreamItem::Reasoning(text) => {
+                if !text.is_empty() {
+                    self.delivered = true;
+                    self.response.reasoning.push_str(&text);
+                    sink.emit(Event::Reasoning {
                         message_id: self.response.message_id.clone(),
                         text,
                     });
@@ -183,7 +209,7 @@ impl Stream<'_> {
                     .push_str(&fragment);
             }
             StreamItem::Stop(reason) => self.response.stop_reason = Some(reason),
-            StreamItem::Error { kind } => {
+            StreamItem::Error { kind, .. } => {
                 return Some(Read::Failed {
                     evidence: Evidence {
                         provider: Some(self.provider.name.clone()),
@@ -201,6 +227,12 @@ impl Stream<'_> {
                 return Some(self.broken(TransportKind::BodyDecode, message));
             }
             StreamItem::Done => {
+                // Argument fragments of a block that is no tool call of the caller's (an
+                // Anthropic server tool's input) and the Responses API's output positions
+                // of other items leave calls without a name.
+                self.response
+                    .tool_calls
+                    .retain(|call| !call.name.is_empty());
                 if self.response.is_empty() {
                     return Some(Read::Failed {
                         evidence: Evidence {
@@ -215,7 +247,7 @@ impl Stream<'_> {
                 }
                 return Some(Read::Response(std::mem::take(&mut self.response)));
             }
-            StreamItem::Preamble => {}
+            StreamItem::Preamble | StreamItem::Opaque => {}
         }
         None
     }

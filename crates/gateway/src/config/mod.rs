@@ -476,6 +476,16 @@ impl Config {
         self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)
     }
 
+    /// The provider of `protocol` for requests that name no model (pass-through, a stored
+    /// response rebound does not know, the model list): the first candidate of that protocol
+    /// in the first route that has one, in the order of the configuration.
+    pub fn provider(&self, protocol: Protocol) -> Option<&Arc<Candidate>> {
+        self.routes
+            .iter()
+            .flat_map(|r| r.candidates.iter())
+            .find(|c| c.protocol == protocol)
+    }
+
     /// The route for `model` on `protocol`, with only that protocol's candidates.
     pub fn route(&self, model: &str, protocol: Protocol) -> Option<Arc<Route>> {
         self.routes.find(model, protocol)

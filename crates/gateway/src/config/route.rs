@@ -244,6 +244,31 @@ impl Route {
         self.id_header.clone()
     }
 
+    /// This route with only the candidates `keep` accepts, or `None` when none is left.
+    pub(crate) fn only(&self, keep: impl Fn(&Candidate) -> bool) -> Option<Route> {
+        let candidates: Vec<_> = self
+            .candidates
+            .iter()
+            .filter(|c| keep(c))
+            .cloned()
+            .collect();
+        (!candidates.is_empty()).then(|| Route {
+            candidates,
+            ..self.clone()
+        })
+    }
+
+    /// A route of one candidate, for a request that has one place to go (a stored response,
+    /// a path passed through to the caller's provider).
+    pub(crate) fn of_one(id: &'static str, candidate: Arc<Candidate>) -> Route {
+        Route {
+            id: id.to_owned(),
+            models: Vec::new(),
+            candidates: vec![candidate],
+            id_header: HeaderValue::from_static(id),
+        }
+    }
+
     /// This route as `protocol`'s requests see it: only the candidates that speak it.
     fn speaking(&self, protocol: Protocol) -> Option<Route> {
         let candidates: Vec<_> = self

@@ -5,6 +5,7 @@ use http::{HeaderMap, Response, StatusCode};
 use tokio::sync::oneshot;
 
 use crate::reply::{Body, pipe};
+use crate::responses::IdWatch;
 
 /// What the handler answers with.
 pub(crate) struct Head {
@@ -34,6 +35,8 @@ impl Head {
 pub(crate) struct Downstream {
     pub(crate) head: Option<oneshot::Sender<Head>>,
     pub(crate) body: Option<pipe::Sender>,
+    /// For a Responses request: finds the response id in what the client is sent.
+    pub(crate) watch: Option<Box<IdWatch>>,
 }
 
 impl Downstream {
@@ -42,6 +45,11 @@ impl Downstream {
     }
 
     pub(crate) fn respond(&mut self, head: Head) -> bool {
+        if let (Some(watch), Some(body)) = (&mut self.watch, &head.body)
+            && head.status.is_success()
+        {
+            watch.answer(body);
+        }
         self.head.take().is_some_and(|tx| tx.send(head).is_ok())
     }
 
@@ -49,7 +57,12 @@ impl Downstream {
     pub(crate) async fn send(&mut self, bytes: Bytes) -> bool {
         match &mut self.body {
             _ if bytes.is_empty() => true,
-            Some(body) => body.send(bytes).await,
+            Some(body) => {
+                if let Some(watch) = &mut self.watch {
+                    watch.stream(&bytes);
+                }
+                body.send(bytes).await
+            }
             None => false,
         }
     }

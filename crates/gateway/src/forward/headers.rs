@@ -7,9 +7,10 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
 use crate::config::{Candidate, Route};
+use crate::state::Gateway;
 
 /// Request headers never forwarded upstream.
-pub(super) const HOP_BY_HOP: [&str; 11] = [
+const HOP_BY_HOP: [&str; 11] = [
     "host",
     "content-length",
     "connection",
@@ -22,6 +23,38 @@ pub(super) const HOP_BY_HOP: [&str; 11] = [
     "upgrade",
     "accept-encoding",
 ];
+
+/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
+const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+
+/// The client's request headers as they go to `candidate`: without hop-by-hop headers and
+/// rebound's own (`x-rebound-*`), with the candidate's `Host` and credential. The client's
+/// credential goes along only when the candidate has no key of its own and no gateway key is
+/// configured (then it is the provider's key, not rebound's).
+pub(crate) fn forwarded_headers(
+    headers: &mut HeaderMap,
+    client: &HeaderMap,
+    candidate: &Candidate,
+    gateway: &Gateway,
+) {
+    let strip_auth = candidate.api_key.is_some() || !gateway.config.gateway_keys.is_empty();
+    // Room for the client's headers and the few added here, so the map grows at most once.
+    headers.reserve(client.len() + 4);
+    for (name, value) in client {
+        let name_str = name.as_str();
+        if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
+            continue;
+        }
+        if strip_auth && AUTH_HEADERS.contains(&name_str) {
+            continue;
+        }
+        headers.append(name.clone(), value.clone());
+    }
+    if let Some(host) = candidate.host() {
+        headers.insert(header::HOST, host);
+    }
+    candidate.authorize(headers);
+}
 
 /// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
 /// they will wait for a stream's commit point.
@@ -73,6 +106,47 @@ pub(crate) fn detached_body(body: Bytes) -> Bytes {
     }
 }
 
+/// The upstream's response headers a give-up keeps (G10): when to come back, which request
+/// failed, and the rate-limit state. Everything else of a failed attempt's head (its length,
+/// encoding, connection and cookies) belonged to that attempt's body, which rebound rewrites.
+const KEPT_ON_GIVE_UP: [&str; 4] = [
+    "retry-after",
+    "retry-after-ms",
+    "x-request-id",
+    "request-id",
+];
+
+/// The prefixes of the rate-limit headers a give-up keeps (G10).
+const KEPT_PREFIXES_ON_GIVE_UP: [&str; 2] = ["x-ratelimit-", "anthropic-ratelimit-"];
+
+/// The headers of a failed attempt's response that rebound's final error keeps (G10).
+pub(super) fn kept_on_give_up(upstream: &HeaderMap) -> HeaderMap {
+    let mut kept = HeaderMap::new();
+    for (name, value) in upstream {
+        let name_str = name.as_str();
+        if KEPT_ON_GIVE_UP.contains(&name_str)
+            || KEPT_PREFIXES_ON_GIVE_UP
+                .iter()
+                .any(|prefix| name_str.starts_with(prefix))
+        {
+            kept.append(name.clone(), detach(value));
+        }
+    }
+    kept
+}
+
+/// The header the official OpenAI and Anthropic SDKs read before any retry of their own.
+pub(super) const SHOULD_RETRY: &str = "x-should-retry";
+
+/// Marks a response as rebound's give-up (G10): the client must not start rebound's loop
+/// over, so `x-should-retry: false`, whatever the upstream said.
+pub(super) fn give_up(headers: &mut HeaderMap) {
+    headers.insert(
+        HeaderName::from_static(SHOULD_RETRY),
+        HeaderValue::from_static("false"),
+    );
+}
+
 /// rebound's response headers (G6), and the name each has in [`final_figures`].
 const REBOUND_HEADERS: [(&str, &str); 3] = [
     ("x-rebound-attempts", "attempts"),
@@ -81,7 +155,7 @@ const REBOUND_HEADERS: [(&str, &str); 3] = [
 ];
 
 /// `x-rebound-attempts`, `x-rebound-candidate` and `x-rebound-route-id` (G6).
-pub(super) fn rebound_headers(
+pub(crate) fn rebound_headers(
     headers: &mut HeaderMap,
     attempts: u32,
     candidate: &Candidate,
@@ -141,6 +215,42 @@ mod tests {
 
     fn inside(buffer: &Bytes, bytes: &[u8]) -> bool {
         buffer.as_ptr_range().contains(&bytes.as_ptr())
+    }
+
+    #[test]
+    fn a_give_up_keeps_when_to_come_back_which_request_and_the_rate_limits_only() {
+        let mut upstream = HeaderMap::new();
+        for (name, value) in [
+            ("retry-after", "7"),
+            ("retry-after-ms", "6500"),
+            ("x-request-id", "req_1"),
+            ("request-id", "req_2"),
+            ("x-ratelimit-remaining-requests", "0"),
+            ("anthropic-ratelimit-tokens-reset", "2026-12-01T07:00:00Z"),
+            ("x-should-retry", "true"),
+            ("content-length", "12"),
+            ("set-cookie", "a=b"),
+            ("content-type", "application/json"),
+        ] {
+            upstream.append(name, HeaderValue::from_static(value));
+        }
+        let mut kept = super::kept_on_give_up(&upstream);
+        let mut names: Vec<&str> = kept.keys().map(http::HeaderName::as_str).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            [
+                "anthropic-ratelimit-tokens-reset",
+                "request-id",
+                "retry-after",
+                "retry-after-ms",
+                "x-ratelimit-remaining-requests",
+                "x-request-id",
+            ]
+        );
+        assert_eq!(kept["retry-after-ms"], "6500");
+        super::give_up(&mut kept);
+        assert_eq!(kept["x-should-retry"], "false");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use rebound_core::{Caller, Diagnostics, RetryStatus, Turn, Wait};
 use rebound_runtime::{Attempted, Flow, Host, Report};
 
 use super::downstream::{Downstream, Head};
-use super::headers::rebound_headers;
+use super::headers::{give_up, rebound_headers};
 use super::outcome::{Attempt, Detail, FailedAttempt};
 use super::terminal::terminal;
 use super::{LiveRequest, RESTART_EVENT, upstream};
@@ -48,6 +48,8 @@ impl LiveHost {
     }
 
     /// Commits a streaming response with rebound's own headers (a keep-alive before content).
+    /// It says `x-should-retry: false` (G10): its head goes before the outcome is known, and an
+    /// error that ends it comes after rebound's retries, which the client must not start over.
     fn commit_stream(&mut self, attempts: u32) -> bool {
         let Some(candidate) = self.candidate(self.candidate).cloned() else {
             return false;
@@ -58,6 +60,7 @@ impl LiveHost {
             HeaderValue::from_static("text/event-stream"),
         );
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        give_up(&mut headers);
         rebound_headers(&mut headers, attempts, &candidate, &self.request.route);
         self.down.respond(Head {
             status: StatusCode::OK,
@@ -122,7 +125,13 @@ impl Host for LiveHost {
             return Attempted::Ended;
         };
         self.candidate = candidate;
-        upstream::attempt(&self.request, &chosen, &mut self.down, attempt).await
+        let attempted = upstream::attempt(&self.request, &chosen, &mut self.down, attempt).await;
+        // A response the client has seen the id of lives at this candidate, whatever became
+        // of the attempt afterwards.
+        if let Some(id) = self.down.watch.as_mut().and_then(|w| w.take()) {
+            self.request.gateway.responses.remember(&id, &chosen);
+        }
+        attempted
     }
 
     async fn wait(&mut self, failed: &FailedAttempt, wait: &Wait, attempt: u32) -> Flow {

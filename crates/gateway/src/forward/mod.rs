@@ -24,7 +24,7 @@ use rebound_runtime::{Api, Protocol, recover};
 use tokio::sync::oneshot;
 
 pub(crate) use downstream::Head;
-pub(crate) use headers::relayable;
+pub(crate) use headers::{forwarded_headers, rebound_headers, relayable};
 
 use downstream::Downstream;
 use headers::{detached, detached_body};
@@ -45,14 +45,18 @@ pub(crate) struct LiveRequest {
     pub(crate) api: Api,
     pub(crate) route: Arc<Route>,
     pub(crate) headers: HeaderMap,
+    /// The client's query string (`beta=true`), forwarded with the request.
+    pub(crate) query: Option<Box<str>>,
     pub(crate) body: Bytes,
     pub(crate) stream: bool,
     /// The client asked for restart markers (`x-rebound-replay: restart`).
     pub(crate) restart: bool,
 }
 
-/// Takes a model request (`POST /v1/chat/completions`, `POST /v1/messages`): reads its body,
-/// picks its route, and answers with what the forwarder sends.
+/// Takes a model request (`POST /v1/chat/completions`, `POST /v1/responses`,
+/// `POST /v1/messages`): reads its body, picks its route, and answers with what the forwarder
+/// sends. A Responses request that continues a stored response (`previous_response_id`) or a
+/// conversation is kept to the base URL that holds it (see [`crate::responses`]).
 pub(crate) async fn accept(
     gateway: Arc<Gateway>,
     api: Api,
@@ -120,7 +124,7 @@ pub(crate) async fn accept(
         );
     };
     let stream = peeked.stream.unwrap_or(false);
-    let Some(route) = gateway.config.route(model, protocol) else {
+    let Some(mut route) = gateway.config.route(model, protocol) else {
         return error(
             protocol,
             StatusCode::NOT_FOUND,
@@ -128,6 +132,13 @@ pub(crate) async fn accept(
             &format!("rebound: no route serves model `{model}` on this protocol"),
         );
     };
+    if api == Api::Responses
+        && let Some(continued) = crate::responses::continued(&body)
+    {
+        route = crate::responses::pinned(&gateway, &route, &continued);
+    }
+    let model = crate::observe::Model(model.into());
+    let query = parts.uri.query().map(Box::from);
     let restart = parts
         .headers
         .get("x-rebound-replay")
@@ -153,13 +164,18 @@ pub(crate) async fn accept(
         } else {
             parts.headers
         },
+        query,
         body: if stream { detached_body(body) } else { body },
         stream,
         restart,
     };
     tokio::spawn(run(request, head_tx, body_tx));
     match head_rx.await {
-        Ok(head) => head.into_response(body_rx),
+        Ok(head) => {
+            let mut response = head.into_response(body_rx);
+            response.extensions_mut().insert(model);
+            response
+        }
         Err(_) => error(
             protocol,
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -176,11 +192,13 @@ pub(crate) async fn run(
     body: Option<pipe::Sender>,
 ) {
     let gateway = Arc::clone(&request.gateway);
+    let watch = (request.api == Api::Responses).then(Box::default);
     let mut host = LiveHost::new(
         request,
         Downstream {
             head: Some(head),
             body,
+            watch,
         },
     );
     // Made at the first failure: most requests succeed at once and never consult one.
@@ -220,6 +238,7 @@ mod tests {
             api: rebound_runtime::Api::ChatCompletions,
             route: route.clone(),
             headers: HeaderMap::new(),
+            query: None,
             body: Bytes::new(),
             stream: true,
             restart: false,
@@ -232,6 +251,7 @@ mod tests {
         let mut down = super::Downstream {
             head: Some(head),
             body: Some(body),
+            watch: None,
         };
         let request = request();
         let attempt = std::mem::size_of_val(&super::upstream::attempt(

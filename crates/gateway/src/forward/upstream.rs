@@ -9,16 +9,14 @@ use rebound_runtime::attempt::{
     ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
 use rebound_runtime::http::{TransportFailure, read_whole};
+use rebound_runtime::provider::{AnswerError, answer_failure};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::{HOP_BY_HOP, rebound_headers, relayable};
+use super::headers::{forwarded_headers, kept_on_give_up, rebound_headers, relayable};
 use super::outcome::{Attempt, Detail, failure};
 use super::relay::{Relay, relay};
 use crate::config::Candidate;
-
-/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
-const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 fn upstream_request(
     request: &LiveRequest,
@@ -28,33 +26,21 @@ fn upstream_request(
     let endpoint = candidate
         .endpoint_for(request.api)
         .unwrap_or_else(|| candidate.endpoint());
+    let endpoint = match &request.query {
+        None => endpoint,
+        Some(query) => format!("{endpoint}?{query}").parse::<http::Uri>()?,
+    };
     let mut upstream = Request::post(endpoint)
         .version(candidate.version())
         .body(candidate.body_for(&request.body))?;
-    let strip_auth = candidate.api_key.is_some() || !request.gateway.config.gateway_keys.is_empty();
-    // Room for the client's headers and the few added here, so the map grows at most once.
     let headers = upstream.headers_mut();
-    headers.reserve(request.headers.len() + 4);
-    for (name, value) in &request.headers {
-        let name_str = name.as_str();
-        if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
-            continue;
-        }
-        if strip_auth && AUTH_HEADERS.contains(&name_str) {
-            continue;
-        }
-        headers.append(name.clone(), value.clone());
-    }
-    if let Some(host) = candidate.host() {
-        headers.insert(header::HOST, host);
-    }
+    forwarded_headers(headers, &request.headers, candidate, &request.gateway);
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
     }
-    candidate.authorize(headers);
     Ok(upstream)
 }
 
@@ -100,8 +86,9 @@ pub(super) async fn attempt(
         };
         let evidence = response_evidence(&candidate.provider, parts.status, &parts.headers, &bytes);
         let detail = Detail {
-            error_forwarded: false,
             upstream_error: Some((parts.status, bytes)),
+            kept_headers: kept_on_give_up(&parts.headers),
+            ..Detail::default()
         };
         return failure(evidence, false, false, detail);
     }
@@ -132,6 +119,20 @@ pub(super) async fn attempt(
             };
             return transport_failure(candidate, failure);
         }
+        // A Responses answer can say it failed in a success (`status: "failed"`): classified
+        // by its error code like the stream's `response.failed`, and relayed as sent if
+        // recovery stops.
+        if let Some(AnswerError::Failed { kind }) = answer_failure(request.api, &bytes) {
+            let evidence = rebound_core::Evidence {
+                sse_event: Some(kind),
+                ..response_evidence(&candidate.provider, status, &headers, &bytes)
+            };
+            let detail = Detail {
+                upstream_error: Some((status, bytes)),
+                ..Detail::default()
+            };
+            return failure(evidence, false, false, detail);
+        }
         headers.remove(header::CONTENT_LENGTH);
         return if down.respond(Head {
             status,
@@ -151,4 +152,122 @@ pub(super) async fn attempt(
         candidate.provider.clone(),
     );
     Box::pin(relay(relay_state, idle, &mut body, down)).await
+}
+
+#[cfg(test)]
+mod tests {
+    //! A whole Responses answer that says it failed (`status: "failed"` in an HTTP 200).
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use bytes::Bytes;
+    use http::{HeaderMap, StatusCode};
+    use rebound_runtime::{Api, Protocol, VirtualTime};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use crate::forward::{Head, LiveRequest, run};
+
+    // openai/codex#7250
+    const FLAGGED: &str = r#"{"id":"resp_1","object":"response","status":"failed","error":{"code":"invalid_prompt","message":"Invalid prompt: your prompt was flagged as potentially violating our usage policy. Please try again with a different prompt: https://platform.openai.com/docs/guides/reasoning#advice-on-prompting"},"output":[]}"#;
+    // openai/codex#1002
+    const SERVER_ERROR: &str = r#"{"id":"resp_1","object":"response","status":"failed","error":{"code":"server_error","message":"An error occurred while processing your request. You can retry your request, or contact us through our help center at help.openai.com if the error persists. Please include the request ID req_4f9d5f7f18f5423fe068bbc88d7e3e7d in your message."},"output":[]}"#;
+    const COMPLETED: &str = r#"{"id":"resp_2","object":"response","status":"completed","output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"Hi"}]}]}"#;
+
+    /// A loopback upstream that answers its n-th request with `bodies[n]` (HTTP 200, one
+    /// request a connection), counting requests.
+    async fn upstream(bodies: &'static [&'static str]) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&count);
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The head, then as many body bytes as it announces.
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let text = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                let head_len = text.find("\r\n\r\n").unwrap() + 4;
+                let length: usize = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while request.len() < head_len + length {
+                    let n = socket.read(&mut buf).await.unwrap();
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let n = seen.fetch_add(1, Ordering::SeqCst);
+                let body = bodies[n.min(bodies.len() - 1)];
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                socket.write_all(response.as_bytes()).await.unwrap();
+            }
+        });
+        (base, count)
+    }
+
+    async fn answer(bodies: &'static [&'static str]) -> (Head, usize) {
+        let (base, count) = upstream(bodies).await;
+        let text = format!(
+            "[[candidate]]\nid = \"oa\"\nprotocol = \"openai\"\nbase_url = \"{base}\"\n\n[[route]]\nid = \"main\"\nmodels = [\"*\"]\ncandidates = [\"oa\"]\n"
+        );
+        let config = crate::config::load(
+            "test.toml",
+            &text,
+            &crate::config::Overrides::default(),
+            &[("UNUSED", "")],
+        )
+        .unwrap();
+        let time = VirtualTime::starting_at(UNIX_EPOCH + Duration::from_secs(1_796_050_800));
+        let client =
+            rebound_runtime::HttpClient::new(rebound_runtime::Timeouts::default()).unwrap();
+        let catalogue = Arc::new(rebound_core::Catalogue::shipped().unwrap());
+        let gateway = Arc::new(
+            crate::state::Gateway::new(config, client, catalogue)
+                .with_time(time.clone(), time.clone()),
+        );
+        let route = gateway.config.route("gpt-test", Protocol::OpenAi).unwrap();
+        let request = LiveRequest {
+            gateway,
+            api: Api::Responses,
+            route,
+            headers: HeaderMap::new(),
+            query: None,
+            body: Bytes::from_static(br#"{"model":"gpt-test","input":"hi"}"#),
+            stream: false,
+            restart: false,
+        };
+        let (head, head_rx) = tokio::sync::oneshot::channel();
+        run(request, head, None).await;
+        (head_rx.await.unwrap(), count.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_failed_answer_is_retried_like_the_streams_response_failed() {
+        let (head, attempts) = answer(&[SERVER_ERROR, COMPLETED]).await;
+        assert_eq!(head.status, StatusCode::OK);
+        assert_eq!(head.body.as_deref(), Some(COMPLETED.as_bytes()));
+        assert_eq!(attempts, 2);
+    }
+
+    #[tokio::test]
+    async fn a_terminal_failed_answer_is_relayed_as_sent_with_the_diagnostics() {
+        let (head, attempts) = answer(&[FLAGGED, COMPLETED]).await;
+        assert_eq!(attempts, 1, "a flagged prompt is flagged again");
+        assert_eq!(head.status, StatusCode::OK);
+        let body: serde_json::Value = serde_json::from_slice(&head.body.unwrap()).unwrap();
+        assert_eq!(body["status"], "failed");
+        assert_eq!(body["error"]["code"], "invalid_prompt");
+        assert_eq!(body["rebound"]["code"], "content_filtered");
+        assert_eq!(body["rebound"]["class"], "terminal");
+    }
 }

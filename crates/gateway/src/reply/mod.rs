@@ -2,6 +2,9 @@
 //! the small responses every part builds (`full`, and errors in the caller's protocol shape).
 
 pub(crate) mod pipe;
+mod relayed;
+
+pub(crate) use relayed::Relayed;
 
 use std::task::Poll;
 
@@ -18,6 +21,9 @@ pub(crate) enum Body {
     Whole(Option<Bytes>),
     /// Chunks as the sender sends them.
     Stream(pipe::Receiver),
+    /// An upstream's body, relayed as it arrives (pass-through, G8). A failure aborts the
+    /// client's response rather than ending it cleanly.
+    Upstream(Box<Relayed>),
 }
 
 impl Body {
@@ -40,11 +46,16 @@ impl hyper::body::Body for Body {
             Body::Stream(rx) => rx
                 .poll_recv(cx)
                 .map(|bytes| bytes.map(|bytes| Ok(Frame::data(bytes)))),
+            Body::Upstream(body) => body.poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        matches!(self, Body::Whole(None))
+        match self {
+            Body::Whole(bytes) => bytes.is_none(),
+            Body::Stream(_) => false,
+            Body::Upstream(body) => body.is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -53,6 +64,7 @@ impl hyper::body::Body for Body {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
             Body::Stream(_) => SizeHint::default(),
+            Body::Upstream(body) => body.size_hint(),
         }
     }
 }

@@ -9,12 +9,18 @@
     reason = "test code fails loudly"
 )]
 
+mod caller;
 mod front;
+mod give_up;
 mod held;
 mod http2;
 mod jobs;
+mod passthrough;
 mod recovery;
+mod responses;
 mod soak;
+mod streams;
+mod tokens;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};

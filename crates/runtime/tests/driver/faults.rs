@@ -41,6 +41,7 @@ async fn recovers(script: &str, protocol: Protocol, stream: bool, attempts: u64)
         .iter()
         .map(|e| match e {
             Event::Text { message_id, .. }
+            | Event::Reasoning { message_id, .. }
             | Event::Discard { message_id }
             | Event::Retrying { message_id, .. }
             | Event::Fallback { message_id, .. }

@@ -10,7 +10,9 @@
 
 mod faults;
 mod held;
+mod responses;
 mod schedules;
+mod thinking;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -39,7 +41,7 @@ pub(crate) async fn chaos(script: &str) -> Chaos {
 /// A provider of `protocol` at `chaos`.
 pub(crate) fn provider(chaos: &Chaos, protocol: Protocol) -> Provider {
     Provider {
-        protocol,
+        api: rebound_runtime::Api::native(protocol),
         base_url: match protocol {
             Protocol::OpenAi => chaos.openai_base_url(),
             Protocol::Anthropic => chaos.anthropic_base_url(),

@@ -1,5 +1,9 @@
 //! Relaying a stream: the upstream's bytes are held back until the commit point (the first
-//! content-bearing event), then forwarded whole events at a time, untouched.
+//! content-bearing event: text, thinking or reasoning, a refusal, tool-call arguments, a
+//! server tool's block; G9), then forwarded whole events at a time, untouched (G7: a
+//! Responses stream's `sequence_number`s, encrypted reasoning and unknown fields included).
+//! A stream that ends normally is an answer if it held content or a tool call, even one whose
+//! arguments never began: it is committed then.
 //!
 //! What a chunk of upstream bytes means is decided synchronously ([`Relay::chunk`]); the relay
 //! loop only waits for bytes and hands them on. An open stream's state is then the small
@@ -11,14 +15,14 @@ use http_body_util::BodyExt;
 use rebound_core::{Evidence, Phase, TransportKind};
 use rebound_runtime::Api;
 use rebound_runtime::http::{ResponseBody, TransportFailure};
-use rebound_runtime::provider::{StreamItem, stream_items};
+use rebound_runtime::provider::{StreamItem, read_event};
 use rebound_runtime::sse::{SseEvent, SseFramer};
 
 use rebound_runtime::Attempted;
 
 use super::downstream::{Downstream, Head};
-use super::headers::final_figures;
-use super::outcome::{Attempt, Detail, failure};
+use super::headers::{final_figures, kept_on_give_up};
+use super::outcome::{Attempt, Detail, Position, failure};
 
 /// Relays one streaming attempt to the client.
 pub(super) async fn relay(
@@ -97,6 +101,12 @@ pub(super) struct Relay {
     pending_base: u64,
     /// The commit point has passed.
     content_seen: bool,
+    /// A tool call began: a complete stream is an answer even if its arguments never did.
+    answered: bool,
+    /// The last `sequence_number` of a Responses stream.
+    sequence_number: Option<u64>,
+    /// The response a Responses stream announced. Boxed: most streams are not Responses.
+    response: Option<Box<rebound_runtime::provider::ResponseHead>>,
     /// The provider name evidence carries.
     provider: String,
 }
@@ -128,6 +138,9 @@ impl Relay {
             pending: BytesMut::new(),
             pending_base: 0,
             content_seen: false,
+            answered: false,
+            sequence_number: None,
+            response: None,
             provider,
         }
     }
@@ -156,7 +169,35 @@ impl Relay {
             body: Some(broken.message),
             ..self.evidence()
         };
-        failure(evidence, self.content_seen, self.restart, Detail::default())
+        failure(
+            evidence,
+            self.content_seen,
+            self.restart,
+            self.detail(false, false),
+        )
+    }
+
+    /// What the terminal error needs of this stream: whether its own end already reached the
+    /// client and, for a committed Responses stream, where it stood.
+    fn detail(&self, error_forwarded: bool, error_event_sent: bool) -> Detail {
+        let position = (self.api == Api::Responses && self.content_seen).then(|| {
+            Box::new(Position {
+                sequence_number: self.sequence_number,
+                response: self.response.as_deref().cloned(),
+                error_event_sent,
+            })
+        });
+        Detail {
+            error_forwarded,
+            upstream_error: None,
+            // Before the commit point the stream's head is still held: its hints are kept.
+            kept_headers: self
+                .headers
+                .as_ref()
+                .map(kept_on_give_up)
+                .unwrap_or_default(),
+            position,
+        }
     }
 
     /// `pending` up to the stream offset `upto`, taken for the client.
@@ -186,14 +227,24 @@ impl Relay {
         let mut forward_to: Option<u64> = None;
         let mut done = false;
         for event in events {
-            for item in stream_items(self.api, &event.event, &event.data) {
+            let reading = read_event(self.api, &event.event, &event.data);
+            if reading.sequence_number.is_some() {
+                self.sequence_number = reading.sequence_number;
+            }
+            // `response.created` names it; a later `response.in_progress` may say less.
+            if let Some(head) = reading.response
+                && self.response.is_none()
+            {
+                self.response = Some(Box::new(head));
+            }
+            for item in reading.items {
                 if item.is_content() && !self.content_seen {
                     self.content_seen = true;
                     step.commit = self.headers.take();
                 }
                 match item {
-                    StreamItem::Error { kind } => {
-                        self.on_error(&mut step, forward_to, &event, kind);
+                    StreamItem::Error { kind, ends_stream } => {
+                        self.on_error(&mut step, forward_to, &event, kind, ends_stream);
                         return step;
                     }
                     StreamItem::Malformed => {
@@ -204,6 +255,7 @@ impl Relay {
                         return step;
                     }
                     StreamItem::Done => done = true,
+                    StreamItem::ToolCallStart { .. } => self.answered = true,
                     _ => {}
                 }
             }
@@ -212,6 +264,11 @@ impl Relay {
             }
         }
         if done {
+            if !self.content_seen && self.answered {
+                // A tool call without arguments: the whole stream is its answer.
+                self.content_seen = true;
+                step.commit = self.headers.take();
+            }
             step.end = Some(Box::new(if self.content_seen {
                 step.send[0] = Some(self.pending.split().freeze());
                 Attempted::Succeeded(())
@@ -222,7 +279,7 @@ impl Relay {
                     body: Some(String::new()),
                     ..self.evidence()
                 };
-                failure(evidence, false, self.restart, Detail::default())
+                failure(evidence, false, self.restart, self.detail(false, false))
             }));
             return step;
         }
@@ -234,20 +291,24 @@ impl Relay {
 
     /// The provider's own error event: earlier whole events of the chunk go as they came, and
     /// after the commit point (unless the client asked for a restart) the error event itself,
-    /// with its strings redacted: it may echo a key.
+    /// as sent unless it holds a secret to redact (it may echo a key).
     fn on_error(
         &mut self,
         step: &mut Step,
         forward_to: Option<u64>,
         event: &SseEvent,
         kind: String,
+        ends_stream: bool,
     ) {
         let forwarded = self.content_seen && !self.restart;
         if let Some(upto) = forward_to {
             step.send[0] = Some(self.take_pending(upto));
         }
         if forwarded {
-            step.send[1] = Some(redacted_event(event));
+            step.send[1] = Some(match rebound_core::redact::redact(&event.data) {
+                std::borrow::Cow::Borrowed(_) => self.take_pending(event.end),
+                std::borrow::Cow::Owned(_) => redacted_event(event),
+            });
         }
         let evidence = Evidence {
             status: Some(self.status.as_u16()),
@@ -255,10 +316,8 @@ impl Relay {
             body: Some(event.data.clone()),
             ..self.evidence()
         };
-        let detail = Detail {
-            error_forwarded: forwarded,
-            upstream_error: None,
-        };
+        // A Responses stream's `error` event is not its end: `response.failed` is still owed.
+        let detail = self.detail(forwarded && ends_stream, forwarded);
         step.end = Some(Box::new(failure(
             evidence,
             self.content_seen,
@@ -285,24 +344,4 @@ fn redacted_event(event: &SseEvent) -> Bytes {
 }
 
 #[cfg(test)]
-mod tests {
-    use rebound_runtime::sse::SseEvent;
-
-    use super::redacted_event;
-
-    #[test]
-    fn a_forwarded_error_event_loses_echoed_keys_and_keeps_its_shape() {
-        let event = SseEvent {
-            event: "error".into(),
-            data: r#"{"type":"error","error":{"type":"authentication_error","message":"key sk-ant-api03-EchoedCanary0123456789 rejected"}}"#.into(),
-            end: 0,
-        };
-        let out = String::from_utf8(redacted_event(&event).to_vec()).unwrap();
-        assert!(!out.contains("EchoedCanary"), "{out}");
-        assert!(out.starts_with("event: error\ndata: {"), "{out}");
-        let data: serde_json::Value =
-            serde_json::from_str(out.trim_end().strip_prefix("event: error\ndata: ").unwrap())
-                .unwrap();
-        assert_eq!(data["error"]["type"], "authentication_error");
-    }
-}
+mod tests;
