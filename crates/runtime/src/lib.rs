@@ -84,4 +84,4 @@ pub use event::{Event, EventSink, Outcome};
 pub use http::{HttpClient, Timeouts};
 pub use provider::{Api, ModelResponse, Protocol, Provider, ToolCall};
 pub use recovery::{Decision, Ending, Engine, Flow, Host, Report, recover};
-pub use time::{Clock, Sleeper, SystemClock, TokioSleeper, VirtualTime};
+pub use time::{Clock, HeldSleeper, Sleeper, SystemClock, TokioSleeper, VirtualTime, Wait, Waits};

@@ -1,5 +1,5 @@
 //! Where time comes from and the one way to wait (T5, T6): the wall clock and tokio's timer in
-//! production, [`VirtualTime`] in tests.
+//! production, [`VirtualTime`] and [`HeldSleeper`] in tests.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,5 +83,63 @@ impl Sleeper for VirtualTime {
         state.0 += delay;
         state.1.push(delay);
         Box::pin(tokio::task::yield_now())
+    }
+}
+
+/// What happened to a wait of a [`HeldSleeper`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// A wait of this length began (and will not end by itself).
+    Started(Duration),
+    /// A wait of this length was dropped: something cut it short.
+    Abandoned(Duration),
+}
+
+/// A sleeper for tests whose waits never end by themselves and that tells the test when a
+/// wait starts and when one is given up unfinished, so a test acts *during* a wait (a client
+/// leaving, an abort) without guessing how long anything takes.
+#[derive(Debug)]
+pub struct HeldSleeper(tokio::sync::mpsc::UnboundedSender<Wait>);
+
+/// The test's side of a [`HeldSleeper`]: what happened to each wait, in order.
+#[derive(Debug)]
+pub struct Waits(tokio::sync::mpsc::UnboundedReceiver<Wait>);
+
+impl HeldSleeper {
+    /// The sleeper and the test's side of it.
+    pub fn new() -> (Arc<HeldSleeper>, Waits) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Arc::new(HeldSleeper(tx)), Waits(rx))
+    }
+}
+
+impl Waits {
+    /// The next thing that happened to a wait, or `None` when nothing did within `limit`
+    /// (which only bounds a broken build: in a working one the event comes at once).
+    pub async fn next(&mut self, limit: Duration) -> Option<Wait> {
+        tokio::time::timeout(limit, self.0.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+}
+
+/// Reports its wait as abandoned when it is dropped (a held wait cannot finish).
+struct Parked(tokio::sync::mpsc::UnboundedSender<Wait>, Duration);
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        let _ = self.0.send(Wait::Abandoned(self.1));
+    }
+}
+
+impl Sleeper for HeldSleeper {
+    fn sleep(&self, delay: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        let _ = self.0.send(Wait::Started(delay));
+        let parked = Parked(self.0.clone(), delay);
+        Box::pin(async move {
+            std::future::pending::<()>().await;
+            drop(parked);
+        })
     }
 }

@@ -12,7 +12,6 @@
 mod caller;
 mod front;
 mod give_up;
-mod held;
 mod http2;
 mod jobs;
 mod passthrough;

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::held::{Held, Wait, Waits};
 use crate::{SIMPLE, anthropic_body, chaos, direct, gateway, openai_body, send};
 use rebound_chaos::Chaos;
+use rebound_runtime::{HeldSleeper, Wait, Waits};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
@@ -334,7 +334,7 @@ async fn held_gateway(chaos: &Chaos, idle: Duration) -> (rebound_gateway::Server
         &[("CANARY_KEY", crate::CANARY)],
     )
     .unwrap();
-    let (held, waits) = Held::new();
+    let (held, waits) = HeldSleeper::new();
     let gateway = rebound_gateway::Gateway::new(
         config,
         rebound_runtime::HttpClient::new(rebound_runtime::Timeouts {
@@ -393,12 +393,19 @@ async fn a_client_that_leaves_during_a_wait_stops_the_retries() {
     )
     .await;
     // The first attempt failed and rebound waits out the retry-after: the client gives up.
-    let Wait::Started(step) = waits.next(LIMIT).await else {
+    let Wait::Started(step) = waits
+        .next(LIMIT)
+        .await
+        .expect("nothing happened to any wait in time")
+    else {
         panic!("a wait ended before it started")
     };
     drop(client);
     assert_eq!(
-        waits.next(LIMIT).await,
+        waits
+            .next(LIMIT)
+            .await
+            .expect("nothing happened to any wait in time"),
         Wait::Abandoned(step),
         "the wait went on for a client that had left"
     );

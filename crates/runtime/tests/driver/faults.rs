@@ -11,8 +11,8 @@ use rebound_runtime::{
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::held::{Held, Wait};
 use crate::{body, chaos, count, ends, errors, provider, run, runtime, timeouts, visible_text};
+use rebound_runtime::{HeldSleeper, Wait};
 
 const FULL: &str = "Hello from rebound chaos. You said: hi";
 
@@ -162,7 +162,7 @@ async fn malformed_sse_is_replayed() {
 async fn an_abort_during_a_wait_sends_nothing_more() {
     let chaos = chaos("429+retry-after:20, ok").await;
     // The wait never ends by itself: the abort comes while it is in progress.
-    let (held, mut waits) = Held::new();
+    let (held, mut waits) = HeldSleeper::new();
     let runtime = Runtime::new(
         HttpClient::new(timeouts()).unwrap(),
         Arc::new(Catalogue::shipped().unwrap()),
@@ -174,11 +174,17 @@ async fn an_abort_during_a_wait_sends_nothing_more() {
     let aborter = cancel.clone();
     let aborted = tokio::spawn(async move {
         assert_eq!(
-            waits.next(LIMIT).await,
+            waits
+                .next(LIMIT)
+                .await
+                .expect("nothing happened to any wait in time"),
             Wait::Started(Duration::from_secs(20))
         );
         aborter.cancel();
-        waits.next(LIMIT).await
+        waits
+            .next(LIMIT)
+            .await
+            .expect("nothing happened to any wait in time")
     });
     let mut events = Vec::new();
     let result = tokio::time::timeout(LIMIT, turn.request(&body("hi"), true, &mut events, &cancel))

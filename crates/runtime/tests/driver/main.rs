@@ -9,7 +9,6 @@
 )]
 
 mod faults;
-mod held;
 mod responses;
 mod schedules;
 mod thinking;
