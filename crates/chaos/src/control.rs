@@ -5,7 +5,7 @@ use http::{Method, Response, StatusCode};
 use serde_json::{Value, json};
 
 use crate::script::parse_script;
-use crate::server::State;
+use crate::state::State;
 use crate::stream::{Body, json_response};
 
 /// Header values `GET /chaos/requests` does not show.

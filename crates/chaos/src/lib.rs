@@ -42,10 +42,12 @@ mod route;
 pub mod schema;
 pub mod script;
 pub mod server;
+mod state;
 mod stored;
 pub mod stream;
 
 pub use model::{Api, Protocol};
 pub use record::RecordedRequest;
 pub use script::{Modifiers, Step, ToolChoice, parse_modifiers, parse_script};
-pub use server::{Chaos, ChaosConfig, KEY_HEADER};
+pub use server::Chaos;
+pub use state::{ChaosConfig, KEY_HEADER};

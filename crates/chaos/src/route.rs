@@ -20,7 +20,7 @@ use crate::error_shape;
 use crate::model::{self, Api, Protocol};
 use crate::record::RecordedRequest;
 use crate::script::{Modifiers, Step};
-use crate::server::{KEY_HEADER, State};
+use crate::state::{KEY_HEADER, State};
 use crate::stored::CancelError;
 use crate::stream::{self, Body, Envelope, json_response};
 use crate::{chat, control, messages, responses};

@@ -13,21 +13,16 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use http::{Request, Response};
-use hyper::body::Incoming;
 use rebound_runtime::Protocol;
 use serde::Deserialize;
 
-use crate::config::{Candidate, Route};
-use crate::passthrough::{self, Forwarded};
-use crate::reply::Body;
-use crate::state::Gateway;
+use crate::config::{Candidate, Config, Route};
 
 /// How many response ids rebound remembers. At about 100 bytes each, a few MiB at most.
 pub const HOMES: usize = 32_768;
 
 /// The route id reported for a request about a stored response.
-const STORED_ROUTE: &str = "responses";
+pub(crate) const STORED_ROUTE: &str = "responses";
 
 /// Response ids and the candidate that made each, the oldest forgotten first.
 #[derive(Default)]
@@ -101,10 +96,15 @@ pub(crate) fn continued(body: &[u8]) -> Option<Continued> {
 /// URL that holds it, so a retry stays where the state is and never falls back to a provider
 /// that does not know it. A response is held by the candidate that made it, else (unknown) by
 /// the route's first; a conversation by the caller's OpenAI provider, which made it.
-pub(crate) fn pinned(gateway: &Gateway, route: &Arc<Route>, continued: &Continued) -> Arc<Route> {
+pub(crate) fn pinned(
+    homes: &Homes,
+    config: &Config,
+    route: &Arc<Route>,
+    continued: &Continued,
+) -> Arc<Route> {
     let home = match continued {
-        Continued::Response(id) => gateway.responses.home(id),
-        Continued::Conversation => gateway.config.provider(Protocol::OpenAi).cloned(),
+        Continued::Response(id) => homes.home(id),
+        Continued::Conversation => config.provider(Protocol::OpenAi).cloned(),
     };
     let base = match (&home, route.candidates.first()) {
         (Some(home), _) => home.base_url.as_str(),
@@ -116,30 +116,6 @@ pub(crate) fn pinned(gateway: &Gateway, route: &Arc<Route>, continued: &Continue
         (None, Some(home)) => Arc::new(Route::of_one(STORED_ROUTE, home)),
         (None, None) => Arc::clone(route),
     }
-}
-
-/// `… /v1/responses/{id}[/…]`: to the candidate that made response `id`, else the caller's
-/// OpenAI provider.
-pub(crate) async fn stored(gateway: &Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
-    let mut request = match Forwarded::read(gateway, req).await {
-        Ok(request) => request,
-        Err(response) => return response,
-    };
-    request.caller = Protocol::OpenAi;
-    let id = request
-        .path()
-        .strip_prefix("/v1/responses/")
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_default();
-    let home = gateway
-        .responses
-        .home(id)
-        .or_else(|| gateway.config.provider(Protocol::OpenAi).cloned());
-    let Some(home) = home else {
-        return passthrough::unserved(&request);
-    };
-    let route = Arc::new(Route::of_one(STORED_ROUTE, home));
-    passthrough::forward(gateway, route, request).await
 }
 
 /// The most of a stream's first bytes searched for its response id.
@@ -288,11 +264,8 @@ candidates = ["a1", "b", "a2"]
             &crate::config::ProcessEnv,
         )
         .unwrap();
-        let client =
-            rebound_runtime::HttpClient::new(rebound_runtime::Timeouts::default()).unwrap();
-        let catalogue = Arc::new(rebound_core::Catalogue::shipped().unwrap());
-        let gateway = Gateway::new(config, client, catalogue);
-        let route = gateway.config.route("m", Protocol::OpenAi).unwrap();
+        let homes = Homes::default();
+        let route = config.route("m", Protocol::OpenAi).unwrap();
         let ids = |route: &Route| {
             route
                 .candidates
@@ -304,34 +277,37 @@ candidates = ["a1", "b", "a2"]
         // Unknown: the route's first candidate's base URL.
         assert_eq!(
             ids(&pinned(
-                &gateway,
+                &homes,
+                &config,
                 &route,
                 &Continued::Response("resp_unknown".into())
             )),
             ["a1", "a2"]
         );
         // Made by `b`: only `b`, never a fallback to the other provider.
-        gateway.responses.remember("resp_b", &route.candidates[1]);
+        homes.remember("resp_b", &route.candidates[1]);
         assert_eq!(
             ids(&pinned(
-                &gateway,
+                &homes,
+                &config,
                 &route,
                 &Continued::Response("resp_b".into())
             )),
             ["b"]
         );
         // Made by a candidate this route no longer has: that candidate alone.
-        let elsewhere = gateway.config.route("m", Protocol::OpenAi).unwrap();
+        let elsewhere = config.route("m", Protocol::OpenAi).unwrap();
         let other = Route::of_one("x", Arc::clone(&elsewhere.candidates[1]));
         let only_a = Arc::new(
             route
                 .only(|c| c.base_url.starts_with("https://a."))
                 .unwrap(),
         );
-        gateway.responses.remember("resp_b2", &other.candidates[0]);
+        homes.remember("resp_b2", &other.candidates[0]);
         assert_eq!(
             ids(&pinned(
-                &gateway,
+                &homes,
+                &config,
                 &only_a,
                 &Continued::Response("resp_b2".into())
             )),

@@ -120,7 +120,7 @@ async fn serve(gateway: &Arc<Gateway>, surface: Surface, req: Request<Incoming>)
             let protocol = caller::protocol(req.uri().path(), req.headers());
             passthrough::by_model(&gateway, protocol, req).await
         }
-        Surface::StoredResponse => crate::responses::stored(&gateway, req).await,
+        Surface::StoredResponse => crate::passthrough::stored(&gateway, req).await,
         Surface::Models => {
             let protocol = caller::protocol(req.uri().path(), req.headers());
             crate::models::models(&gateway, protocol).await

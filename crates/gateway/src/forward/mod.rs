@@ -135,7 +135,7 @@ pub(crate) async fn accept(
     if api == Api::Responses
         && let Some(continued) = crate::responses::continued(&body)
     {
-        route = crate::responses::pinned(&gateway, &route, &continued);
+        route = crate::responses::pinned(&gateway.responses, &gateway.config, &route, &continued);
     }
     let model = crate::observe::Model(model.into());
     let query = parts.uri.query().map(Box::from);

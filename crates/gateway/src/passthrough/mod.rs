@@ -9,6 +9,7 @@
 //! the upstream's own answer. After the head of a success, the body is relayed as it arrives.
 
 mod host;
+mod stored;
 
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ use crate::reply::{Body, error};
 use crate::state::Gateway;
 
 use host::PassHost;
+pub(crate) use stored::stored;
 
 /// The route id reported for a path passed through to the caller's provider.
 pub(crate) const PASSTHROUGH_ROUTE: &str = "passthrough";
