@@ -378,6 +378,11 @@ pub fn read_event(api: Api, event: &str, data: &str) -> EventReading {
     if trimmed.is_empty() {
         return EventReading::items(vec![StreamItem::Preamble]);
     }
+    if api == Api::Responses
+        && let Some(reading) = responses::read_opening(event, data)
+    {
+        return reading;
+    }
     let Ok(value) = serde_json::from_str::<Value>(data) else {
         return EventReading::items(vec![StreamItem::Malformed]);
     };

@@ -9,11 +9,58 @@
 //! `response.failed` event (its `response.error.code`) and an `error` event (its `code`)
 //! are in-stream errors the catalogue classifies.
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
     AnswerError, EventReading, ModelResponse, ResponseHead, StreamItem, ToolCall, index_at, str_at,
 };
+
+/// The events that open a stream and echo the whole response object (its instructions and
+/// tools included, often many kilobytes): preamble by their name, read for the response's
+/// head and the event's number only, without building the object they carry.
+const OPENING: [&str; 3] = [
+    "response.created",
+    "response.in_progress",
+    "response.queued",
+];
+
+#[derive(Deserialize)]
+struct Opening<'a> {
+    #[serde(borrow)]
+    response: Option<OpeningResponse<'a>>,
+    sequence_number: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct OpeningResponse<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    created_at: Option<i64>,
+    #[serde(borrow)]
+    model: Option<Cow<'a, str>>,
+}
+
+/// An opening event named by its SSE `event:` line, read without a JSON tree; `None` for any
+/// other event, or one whose fields are not of the usual types (the general reader then
+/// reads it).
+pub(super) fn read_opening(event: &str, data: &str) -> Option<EventReading> {
+    if !OPENING.contains(&event) {
+        return None;
+    }
+    let opening: Opening<'_> = serde_json::from_str(data).ok()?;
+    Some(EventReading {
+        items: vec![StreamItem::Preamble],
+        sequence_number: opening.sequence_number,
+        response: opening.response.map(|r| ResponseHead {
+            id: r.id.map(Cow::into_owned).unwrap_or_default(),
+            created_at: r.created_at,
+            model: r.model.map(Cow::into_owned).unwrap_or_default(),
+        }),
+    })
+}
 
 /// One stream event of type `kind`.
 pub(super) fn read(kind: &str, value: &Value) -> EventReading {

@@ -409,3 +409,51 @@ fn whole_answers_keep_reasoning() {
     assert_eq!(response.reasoning, "Hmm");
     assert!(!response.is_empty());
 }
+
+/// A Responses stream's opening events are read by their name without a JSON tree; what
+/// they mean is exactly what the general reader makes of them (G7).
+#[test]
+fn an_opening_event_read_by_name_means_what_the_general_reader_reads() {
+    let long = "x".repeat(20_000);
+    for (event, data) in [
+        (
+            "response.created",
+            format!(
+                r#"{{"type":"response.created","sequence_number":0,"response":{{"id":"resp_\u0031","object":"response","created_at":1764590000,"status":"in_progress","model":"gpt-5","instructions":"{long}","tools":[{{"type":"function","name":"shell","parameters":{{"type":"object"}}}}],"output":[]}}}}"#
+            ),
+        ),
+        (
+            "response.in_progress",
+            r#"{"type":"response.in_progress","sequence_number":1,"response":{"id":"resp_1","status":"in_progress","output":[]}}"#.to_owned(),
+        ),
+        (
+            "response.queued",
+            r#"{"type":"response.queued","sequence_number":0,"response":{"id":"resp_2","created_at":null,"model":"m"}}"#.to_owned(),
+        ),
+        ("response.created", r#"{"type":"response.created"}"#.to_owned()),
+        // Not the usual types: read by the general reader.
+        (
+            "response.created",
+            r#"{"type":"response.created","sequence_number":"0","response":{"id":7}}"#.to_owned(),
+        ),
+    ] {
+        let by_name = read_event(Api::Responses, event, &data);
+        let general = read_event(Api::Responses, "", &data);
+        assert_eq!(by_name, general, "{event}: {data:.200}");
+        assert_eq!(by_name.items, vec![StreamItem::Preamble]);
+    }
+    let reading = read_event(
+        Api::Responses,
+        "response.created",
+        r#"{"type":"response.created","sequence_number":4,"response":{"id":"resp_\u0031","created_at":5,"model":"gpt-5"}}"#,
+    );
+    assert_eq!(reading.sequence_number, Some(4));
+    assert_eq!(
+        reading.response,
+        Some(ResponseHead {
+            id: "resp_1".into(),
+            created_at: Some(5),
+            model: "gpt-5".into(),
+        })
+    );
+}
