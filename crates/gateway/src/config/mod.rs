@@ -10,9 +10,11 @@ use rebound_core::Policy;
 use rebound_runtime::Protocol;
 use serde::Deserialize;
 
+mod backlog;
 mod policy;
 mod route;
 
+pub use backlog::DEFAULT_LISTEN_BACKLOG;
 use policy::{PolicyFile, compile_policy};
 pub use route::{Candidate, Route, Routes, matches_pattern};
 
@@ -71,6 +73,9 @@ struct ConfigFile {
     listen: Option<String>,
     #[serde(default)]
     gateway_key_envs: Vec<String>,
+    #[serde(default)]
+    strip_headers: Vec<String>,
+    listen_backlog: Option<u32>,
     body_limit_bytes: Option<usize>,
     store_path: Option<String>,
     header_read_timeout_ms: Option<u64>,
@@ -113,6 +118,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Accepted client keys; empty means none are required (loopback only).
     pub gateway_keys: Vec<String>,
+    /// Client request headers never forwarded upstream under gateway keys, besides the
+    /// credential headers every client may send ([`CLIENT_CREDENTIAL_HEADERS`]); lower case.
+    pub strip_headers: Vec<http::HeaderName>,
+    /// The listen backlog: connections the system queues before rebound accepts them.
+    pub listen_backlog: u32,
     /// The request body limit.
     pub body_limit: usize,
     /// Routes, in order.
@@ -228,12 +238,26 @@ pub fn load_with(
                 format!("the environment variable `{name}` is not set"),
             )
         })?;
-        gateway_keys.extend(
-            key.split(',')
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(str::to_owned),
-        );
+        let keys: Vec<String> = key
+            .split(',')
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect();
+        let at = Some(format!("gateway_key_envs[{i}]"));
+        if keys.is_empty() {
+            return Err(err(
+                at,
+                format!(
+                    "the environment variable `{name}` holds no key (only separators or spaces)"
+                ),
+            ));
+        }
+        for k in &keys {
+            rebound_core::redact::secrets::check(k)
+                .map_err(|e| err(at.clone(), format!("the environment variable `{name}` {e}")))?;
+        }
+        gateway_keys.extend(keys);
     }
     if !listen.ip().is_loopback() && gateway_keys.is_empty() {
         return Err(err(
@@ -286,6 +310,14 @@ pub fn load_with(
             ));
         }
         let api_key = c.api_key_env.as_deref().and_then(|name| env.var(name));
+        if let (Some(name), Some(key)) = (&c.api_key_env, &api_key) {
+            rebound_core::redact::secrets::check(key).map_err(|e| {
+                err(
+                    at("api_key_env"),
+                    format!("the environment variable `{name}` {e}"),
+                )
+            })?;
+        }
         if !gateway_keys.is_empty() && c.api_key_env.is_some() && api_key.is_none() {
             return Err(err(
                 at("api_key_env"),
@@ -415,15 +447,73 @@ pub fn load_with(
             "must be more than 0".into(),
         ));
     }
-    Ok(Config {
+    let mut strip_headers = Vec::new();
+    for (i, name) in parsed.strip_headers.iter().enumerate() {
+        let header = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
+            err(
+                Some(format!("strip_headers[{i}]")),
+                format!("`{name}` is not a header name"),
+            )
+        })?;
+        strip_headers.push(header);
+    }
+    let listen_backlog = match parsed.listen_backlog {
+        Some(0) => {
+            return Err(err(
+                Some("listen_backlog".into()),
+                "must be more than 0".into(),
+            ));
+        }
+        Some(n) => n,
+        None => backlog::default_backlog(),
+    };
+    let config = Config {
         listen,
+        strip_headers,
+        listen_backlog,
         gateway_keys,
         body_limit,
         routes: Routes::new(routes),
         store_path,
         header_read_timeout,
         max_connections: parsed.max_connections,
-    })
+    };
+    // Every key loaded is a secret from now on: redacted by value wherever text leaves.
+    rebound_core::redact::secrets::remember(config.secrets());
+    Ok(config)
+}
+
+/// Client headers that carry a credential: never forwarded upstream under gateway keys.
+pub const CLIENT_CREDENTIAL_HEADERS: [&str; 6] = [
+    "authorization",
+    "proxy-authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "cookie",
+];
+
+impl Config {
+    /// Every key this configuration holds: the gateway keys and each candidate's own.
+    pub fn secrets(&self) -> Vec<String> {
+        let candidates = self
+            .routes
+            .iter()
+            .flat_map(|r| r.candidates.iter())
+            .filter_map(|c| c.api_key.clone());
+        self.gateway_keys
+            .iter()
+            .cloned()
+            .chain(candidates)
+            .collect()
+    }
+
+    /// Whether a client's `header` stays with rebound under gateway keys.
+    pub fn strips(&self, header: &http::HeaderName) -> bool {
+        !self.gateway_keys.is_empty()
+            && (CLIENT_CREDENTIAL_HEADERS.contains(&header.as_str())
+                || self.strip_headers.contains(header))
+    }
 }
 
 /// `$XDG_DATA_HOME/rebound/jobs.db`, else `~/.local/share/rebound/jobs.db`, else

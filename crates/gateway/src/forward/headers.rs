@@ -24,20 +24,23 @@ const HOP_BY_HOP: [&str; 11] = [
     "accept-encoding",
 ];
 
-/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
+/// Credential headers, replaced by the candidate's key when it has one.
 const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 /// The client's request headers as they go to `candidate`: without hop-by-hop headers and
 /// rebound's own (`x-rebound-*`), with the candidate's `Host` and credential. The client's
 /// credential goes along only when the candidate has no key of its own and no gateway key is
-/// configured (then it is the provider's key, not rebound's).
+/// configured (then it is the provider's key, not rebound's). Under gateway keys no client
+/// credential goes at all: every header of [`crate::config::CLIENT_CREDENTIAL_HEADERS`] and
+/// those the configuration names (`strip_headers`) stay with rebound.
 pub(crate) fn forwarded_headers(
     headers: &mut HeaderMap,
     client: &HeaderMap,
     candidate: &Candidate,
     gateway: &Gateway,
 ) {
-    let strip_auth = candidate.api_key.is_some() || !gateway.config.gateway_keys.is_empty();
+    let strip_auth = candidate.api_key.is_some();
+    let config = &gateway.config;
     // Room for the client's headers and the few added here, so the map grows at most once.
     headers.reserve(client.len() + 4);
     for (name, value) in client {
@@ -45,7 +48,7 @@ pub(crate) fn forwarded_headers(
         if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
             continue;
         }
-        if strip_auth && AUTH_HEADERS.contains(&name_str) {
+        if (strip_auth && AUTH_HEADERS.contains(&name_str)) || config.strips(name) {
             continue;
         }
         headers.append(name.clone(), value.clone());
