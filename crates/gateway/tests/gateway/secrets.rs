@@ -338,3 +338,42 @@ fn bad_key_settings_refuse_to_start_naming_the_variable() {
         "{e}"
     );
 }
+
+/// The first response head the gateway writes for a request head that announces `length`
+/// bytes and waits for `100 Continue` before sending them.
+async fn first_head(addr: std::net::SocketAddr, path: &str, length: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nexpect: 100-continue\r\ncontent-length: {length}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut read = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !read.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert_ne!(n, 0, "closed after {:?}", String::from_utf8_lossy(&read));
+        read.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&read).into_owned()
+}
+
+#[tokio::test]
+async fn an_announced_body_over_the_limit_gets_413_without_100_continue() {
+    let chaos = chaos("ok").await;
+    let g = crate::gateway(
+        &format!("body_limit_bytes = 1024\n{}", crate::SIMPLE),
+        &chaos,
+    )
+    .await;
+    for path in [
+        "/v1/chat/completions",
+        "/v1/messages",
+        "/v1/files",
+        "/v1/rebound/jobs",
+    ] {
+        let head = first_head(g.server.addr(), path, 4096).await;
+        assert!(head.starts_with("HTTP/1.1 413"), "{path}: {head}");
+    }
+    assert!(chaos.requests().is_empty());
+}
