@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
+use rebound_core::redact::secrets::{self, Secrets};
+
 use crate::config::{Candidate, Route};
 use crate::state::Gateway;
 
@@ -61,21 +63,39 @@ pub(crate) fn forwarded_headers(
 
 /// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
 /// they will wait for a stream's commit point.
+/// A value that holds a key rebound holds is redacted (an upstream may echo it).
 pub(crate) fn relayable(upstream: &HeaderMap, detach_values: bool) -> HeaderMap {
+    let secrets = secrets::known();
     // Room for the `x-rebound-*` headers added next.
     let mut out = HeaderMap::with_capacity(upstream.len() + 3);
     for (name, value) in upstream {
         if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
             continue;
         }
-        let value = if detach_values {
-            detach(value)
-        } else {
-            value.clone()
+        let value = match without_secrets(value, &secrets) {
+            Some(clean) => clean,
+            None if detach_values => detach(value),
+            None => value.clone(),
         };
         out.append(name.clone(), value);
     }
     out
+}
+
+/// `value` with every key of `secrets` redacted, when it holds one. Only by value: a header's
+/// shape-like text (a signed URL's `sig=`) is the client's to have.
+fn without_secrets(value: &HeaderValue, secrets: &Secrets) -> Option<HeaderValue> {
+    if secrets.is_empty() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(value.as_bytes());
+    match secrets.redact(&text) {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(clean) => Some(
+            HeaderValue::from_str(&clean)
+                .unwrap_or(HeaderValue::from_static(rebound_core::redact::REDACTED)),
+        ),
+    }
 }
 
 /// Copies of header values that share no memory with the connection's read buffer.
@@ -124,6 +144,7 @@ const KEPT_PREFIXES_ON_GIVE_UP: [&str; 2] = ["x-ratelimit-", "anthropic-ratelimi
 
 /// The headers of a failed attempt's response that rebound's final error keeps (G10).
 pub(super) fn kept_on_give_up(upstream: &HeaderMap) -> HeaderMap {
+    let secrets = secrets::known();
     let mut kept = HeaderMap::new();
     for (name, value) in upstream {
         let name_str = name.as_str();
@@ -132,7 +153,8 @@ pub(super) fn kept_on_give_up(upstream: &HeaderMap) -> HeaderMap {
                 .iter()
                 .any(|prefix| name_str.starts_with(prefix))
         {
-            kept.append(name.clone(), detach(value));
+            let value = without_secrets(value, &secrets).unwrap_or_else(|| detach(value));
+            kept.append(name.clone(), value);
         }
     }
     kept

@@ -116,7 +116,28 @@ async fn a_key_of_unknown_shape_echoed_by_the_upstream_never_leaves() {
     let headers = [JSON, ("authorization", auth.as_str())];
     let many = |step: &str| [step; 12].join(", ");
     let responses_stream = crate::responses::request(r#","stream":true"#);
+    let in_header = format!("429+x-ratelimit-note:{AZURE_KEY}+echo-key");
     let cases: Vec<(String, &str, String, &str)> = vec![
+        // A header that echoes it: kept on a give-up (G10), relayed by pass-through.
+        (
+            many(&in_header),
+            "/v1/chat/completions",
+            openai_body(false),
+            "x-ratelimit-note: [redacted]",
+        ),
+        (
+            many(&in_header),
+            "/v1/messages/count_tokens",
+            anthropic_body(false),
+            "x-ratelimit-note: [redacted]",
+        ),
+        // A pass-through error body.
+        (
+            "401+echo-key".into(),
+            "/v1/messages/count_tokens",
+            anthropic_body(false),
+            "(request key: [redacted])",
+        ),
         // A 401 that echoes the key, as OpenAI's own does.
         (
             "401+echo-key".into(),
