@@ -210,3 +210,20 @@ fn message(value: &Value, status: u16) -> String {
         .unwrap_or_else(|| value.to_string());
     format!("the gateway answered {status}: {text}")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_it_prints_never_shows_the_gateway_key_it_holds() {
+        let key = "gw-5b7e2c91-jobs-door";
+        rebound_core::redact::secrets::remember([key]);
+        let job = json!({"id": "job_1", "state": "failed", "error": {"message": format!("echoed {key}")}});
+        let text = shown(&serde_json::to_string_pretty(&job).unwrap());
+        assert!(
+            !text.contains(key) && text.contains("echoed [redacted]"),
+            "{text}"
+        );
+    }
+}

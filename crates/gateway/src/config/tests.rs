@@ -349,3 +349,31 @@ fn the_listen_backlog_and_stripped_headers_are_configured() {
     assert_eq!(e.key.as_deref(), Some("strip_headers[0]"), "{e}");
     assert!(load_text(DEFAULT_CONFIG).unwrap().listen_backlog <= super::DEFAULT_LISTEN_BACKLOG);
 }
+
+#[test]
+fn the_banner_tells_where_each_key_comes_from() {
+    let text = "[[candidate]]\nid=\"keyed\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"KEY\"\n[[candidate]]\nid=\"unset\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"UNSET\"\n[[candidate]]\nid=\"keyless\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"keyed\", \"unset\", \"keyless\"]\n";
+    let c = load_env(text, [("KEY", "sk-fine-key")]).unwrap();
+    let sources: Vec<String> = c
+        .routes
+        .iter()
+        .next()
+        .unwrap()
+        .candidates
+        .iter()
+        .map(|c| c.key_source(false))
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "key from $KEY",
+            "$UNSET unset: the client's key",
+            "the client's key"
+        ]
+    );
+    let keyless = &c.routes.iter().next().unwrap().candidates[2];
+    assert_eq!(
+        keyless.key_source(true),
+        "no key: client keys stay with rebound under gateway keys"
+    );
+}
