@@ -11,10 +11,12 @@ use rebound_runtime::Protocol;
 use serde::Deserialize;
 
 mod backlog;
+mod keys;
 mod policy;
 mod route;
 
 pub use backlog::DEFAULT_LISTEN_BACKLOG;
+pub use keys::CLIENT_CREDENTIAL_HEADERS;
 use policy::{PolicyFile, compile_policy};
 pub use route::{Candidate, Route, Routes, matches_pattern};
 
@@ -230,35 +232,8 @@ pub fn load_with(
         })?,
         (None, None) => SocketAddr::from(([127, 0, 0, 1], 8080)),
     };
-    let mut gateway_keys = Vec::new();
-    for (i, name) in parsed.gateway_key_envs.iter().enumerate() {
-        let key = env.var(name).ok_or_else(|| {
-            err(
-                Some(format!("gateway_key_envs[{i}]")),
-                format!("the environment variable `{name}` is not set"),
-            )
-        })?;
-        let keys: Vec<String> = key
-            .split(',')
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .map(str::to_owned)
-            .collect();
-        let at = Some(format!("gateway_key_envs[{i}]"));
-        if keys.is_empty() {
-            return Err(err(
-                at,
-                format!(
-                    "the environment variable `{name}` holds no key (only separators or spaces)"
-                ),
-            ));
-        }
-        for k in &keys {
-            rebound_core::redact::secrets::check(k)
-                .map_err(|e| err(at.clone(), format!("the environment variable `{name}` {e}")))?;
-        }
-        gateway_keys.extend(keys);
-    }
+    let gateway_keys = keys::gateway_keys(&parsed.gateway_key_envs, env)
+        .map_err(|(key, message)| err(Some(key), message))?;
     if !listen.ip().is_loopback() && gateway_keys.is_empty() {
         return Err(err(
             Some("listen".into()),
@@ -311,12 +286,7 @@ pub fn load_with(
         }
         let api_key = c.api_key_env.as_deref().and_then(|name| env.var(name));
         if let (Some(name), Some(key)) = (&c.api_key_env, &api_key) {
-            rebound_core::redact::secrets::check(key).map_err(|e| {
-                err(
-                    at("api_key_env"),
-                    format!("the environment variable `{name}` {e}"),
-                )
-            })?;
+            keys::check(name, key).map_err(|message| err(at("api_key_env"), message))?;
         }
         if !gateway_keys.is_empty() && c.api_key_env.is_some() && api_key.is_none() {
             return Err(err(
@@ -447,16 +417,8 @@ pub fn load_with(
             "must be more than 0".into(),
         ));
     }
-    let mut strip_headers = Vec::new();
-    for (i, name) in parsed.strip_headers.iter().enumerate() {
-        let header = http::HeaderName::from_bytes(name.trim().as_bytes()).map_err(|_| {
-            err(
-                Some(format!("strip_headers[{i}]")),
-                format!("`{name}` is not a header name"),
-            )
-        })?;
-        strip_headers.push(header);
-    }
+    let strip_headers = keys::strip_headers(&parsed.strip_headers)
+        .map_err(|(key, message)| err(Some(key), message))?;
     let listen_backlog = match parsed.listen_backlog {
         Some(0) => {
             return Err(err(
@@ -481,39 +443,6 @@ pub fn load_with(
     // Every key loaded is a secret from now on: redacted by value wherever text leaves.
     rebound_core::redact::secrets::remember(config.secrets());
     Ok(config)
-}
-
-/// Client headers that carry a credential: never forwarded upstream under gateway keys.
-pub const CLIENT_CREDENTIAL_HEADERS: [&str; 6] = [
-    "authorization",
-    "proxy-authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
-    "cookie",
-];
-
-impl Config {
-    /// Every key this configuration holds: the gateway keys and each candidate's own.
-    pub fn secrets(&self) -> Vec<String> {
-        let candidates = self
-            .routes
-            .iter()
-            .flat_map(|r| r.candidates.iter())
-            .filter_map(|c| c.api_key.clone());
-        self.gateway_keys
-            .iter()
-            .cloned()
-            .chain(candidates)
-            .collect()
-    }
-
-    /// Whether a client's `header` stays with rebound under gateway keys.
-    pub fn strips(&self, header: &http::HeaderName) -> bool {
-        !self.gateway_keys.is_empty()
-            && (CLIENT_CREDENTIAL_HEADERS.contains(&header.as_str())
-                || self.strip_headers.contains(header))
-    }
 }
 
 /// `$XDG_DATA_HOME/rebound/jobs.db`, else `~/.local/share/rebound/jobs.db`, else
