@@ -256,6 +256,11 @@ fn serve_refuses_key_settings_that_open_the_door_or_cannot_be_redacted() {
                 "{listen} {empty:?}: {stderr}"
             );
         }
+        let stderr = refused(&gated, &[("REBOUND_TEST_GW", ""), provider]);
+        assert!(
+            stderr.contains("`REBOUND_TEST_GW` is not set or is empty"),
+            "{listen}: {stderr}"
+        );
         let stderr = refused(
             &gated,
             &[("REBOUND_TEST_GW", "gw-7f3e9a1c-door,short"), provider],
