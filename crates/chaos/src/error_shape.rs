@@ -24,6 +24,18 @@ pub fn error_body_with_key(
     body
 }
 
+/// An error message that echoes the key the request presented (`+echo-key`).
+pub fn echoed_message(message: &str, key: &str) -> String {
+    format!("{message} (request key: {key})")
+}
+
+/// `body`'s `error.message` (both protocols' place for it) echoing `key` (`+echo-key`).
+pub fn echo_key(body: &mut Value, key: &str) {
+    if let Some(Value::String(message)) = body.pointer_mut("/error/message") {
+        *message = echoed_message(message, key);
+    }
+}
+
 /// The body of an error status, shaped like the protocol's own.
 pub fn error_body(protocol: Protocol, status: u16, context: bool) -> Value {
     match protocol {
@@ -91,11 +103,16 @@ pub fn error_body(protocol: Protocol, status: u16, context: bool) -> Value {
 }
 
 /// The in-stream error event of a protocol, carrying `kind` as its error type.
-pub fn stream_error(protocol: Protocol, kind: &str) -> String {
+/// The message echoes `echoed`, the request's key, when given (`+echo-key`).
+pub fn stream_error(protocol: Protocol, kind: &str, echoed: Option<&str>) -> String {
     let message = match kind {
         "overloaded_error" => "Overloaded",
         "rate_limit_error" | "rate_limit_exceeded" => "Rate limit reached. Please try again in 1s.",
         _ => "The server had an error while processing your request. Sorry about that!",
+    };
+    let message = match echoed {
+        Some(key) => echoed_message(message, key),
+        None => message.to_owned(),
     };
     match protocol {
         Protocol::OpenAi => {

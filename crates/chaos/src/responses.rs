@@ -287,16 +287,26 @@ fn message(kind: &str) -> &'static str {
 
 /// The in-stream failure at `sequence`: a `response.failed` event whose response carries
 /// `error.code`, or (`bare`) an `error` event.
-pub fn stream_error(envelope: &Envelope<'_>, kind: &str, bare: bool, sequence: usize) -> String {
+pub fn stream_error(
+    envelope: &Envelope<'_>,
+    kind: &str,
+    bare: bool,
+    sequence: usize,
+    echoed: Option<&str>,
+) -> String {
     let mut events = Events { next: sequence };
+    let message = match echoed {
+        Some(key) => crate::error_shape::echoed_message(message(kind), key),
+        None => message(kind).to_owned(),
+    };
     if bare {
         return events.event(
             "error",
-            json!({"code": code(kind), "message": message(kind), "param": null}),
+            json!({"code": code(kind), "message": message, "param": null}),
         );
     }
     let mut failed = object(envelope, "failed", Vec::new(), Value::Null);
-    failed["error"] = json!({"code": code(kind), "message": message(kind)});
+    failed["error"] = json!({"code": code(kind), "message": message});
     events.event("response.failed", json!({"response": failed}))
 }
 

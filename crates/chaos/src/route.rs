@@ -85,7 +85,11 @@ async fn take_step(
             headers,
         } => {
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            let body = error_shape::error_body_with_key(protocol, *status, *context, presented_key);
+            let mut body =
+                error_shape::error_body_with_key(protocol, *status, *context, presented_key);
+            if let (true, Some(key)) = (taken.modifiers.echo_key, presented_key) {
+                error_shape::echo_key(&mut body, key);
+            }
             let mut response = json_response(code, &body);
             for (name, value) in headers {
                 if let (Ok(name), Ok(value)) = (
@@ -333,13 +337,15 @@ impl Counted<'_> {
             Api::Messages => messages::frames(&envelope, &reply),
             Api::Responses => responses::frames(&envelope, &reply),
         };
+        let echoed = self.presented_key.filter(|_| taken.modifiers.echo_key);
         let error_frame = match &taken.fault {
             Some(Step::ErrorAfter(n, kind) | Step::ErrorEventAfter(n, kind)) => Some(match api {
                 Api::Responses => {
                     let bare = matches!(taken.fault, Some(Step::ErrorEventAfter(..)));
-                    responses::stream_error(&envelope, kind, bare, frames.sequence_after(*n))
+                    let sequence = frames.sequence_after(*n);
+                    responses::stream_error(&envelope, kind, bare, sequence, echoed)
                 }
-                _ => error_shape::stream_error(self.protocol, kind),
+                _ => error_shape::stream_error(self.protocol, kind, echoed),
             }),
             _ => None,
         };

@@ -61,6 +61,10 @@ pub struct Modifiers {
     pub redacted_thinking: bool,
     /// `+text`, `+tool`, `+tool:NAME`: whether the reply calls a tool.
     pub tool: ToolChoice,
+    /// `+echo-key`, after a reply step or a status: the error it ends with (the status's
+    /// body, the in-stream error event) echoes the key the request presented, as a careless
+    /// upstream or proxy does: a test of whether keys leak.
+    pub echo_key: bool,
 }
 
 /// Whether a reply calls one of the request's tools.
@@ -165,6 +169,7 @@ pub fn parse_modifiers(modifiers: &str) -> Result<Modifiers, String> {
                 parsed.redacted_thinking = true;
             }
             "text" => parsed.tool = ToolChoice::Text,
+            "echo-key" => parsed.echo_key = true,
             "tool" => parsed.tool = ToolChoice::Auto,
             other => match other.strip_prefix("tool:") {
                 Some(name) if !name.trim().is_empty() => {
@@ -172,7 +177,7 @@ pub fn parse_modifiers(modifiers: &str) -> Result<Modifiers, String> {
                 }
                 _ => {
                     return Err(format!(
-                        "`+{other}` is not a modifier (thinking, redacted-thinking, text, tool, tool:NAME)"
+                        "`+{other}` is not a modifier (thinking, redacted-thinking, text, tool, tool:NAME, echo-key)"
                     ));
                 }
             },
@@ -241,7 +246,13 @@ fn parse_status(step: &str) -> Result<Step, String> {
             _ => return Err(format!("`{head}` is not a 4xx or 5xx status")),
         },
     };
+    let mut echo_key = false;
     let headers = parts
+        .filter(|h| {
+            let echo = h.trim() == "echo-key";
+            echo_key |= echo;
+            !echo
+        })
         .map(|h| {
             let (name, value) = h
                 .split_once(':')
@@ -253,11 +264,19 @@ fn parse_status(step: &str) -> Result<Step, String> {
             Ok((name, value.trim().to_owned()))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Step::Status {
+    let status = Step::Status {
         status,
         context,
         headers,
-    })
+    };
+    if echo_key {
+        let modifiers = Modifiers {
+            echo_key,
+            ..Modifiers::default()
+        };
+        return Ok(Step::With(Box::new(status), modifiers));
+    }
+    Ok(status)
 }
 
 impl fmt::Display for Step {
@@ -292,10 +311,14 @@ impl fmt::Display for Step {
                     f.write_str("+thinking")?;
                 }
                 match &modifiers.tool {
-                    ToolChoice::Auto => Ok(()),
-                    ToolChoice::Text => f.write_str("+text"),
-                    ToolChoice::Named(name) => write!(f, "+tool:{name}"),
+                    ToolChoice::Auto => {}
+                    ToolChoice::Text => f.write_str("+text")?,
+                    ToolChoice::Named(name) => write!(f, "+tool:{name}")?,
                 }
+                if modifiers.echo_key {
+                    f.write_str("+echo-key")?;
+                }
+                Ok(())
             }
         }
     }
@@ -378,7 +401,8 @@ mod tests {
             Ok(Modifiers {
                 thinking: true,
                 redacted_thinking: false,
-                tool: ToolChoice::Named("Read".into())
+                tool: ToolChoice::Named("Read".into()),
+                echo_key: false,
             })
         );
     }
@@ -408,6 +432,25 @@ mod tests {
         assert_eq!(
             text.join(", "),
             "ok+thinking, cut-after-2-chunks+tool:Read, ok+text, thinking-only, error-event-after-1:server_error, ok+redacted-thinking+text"
+        );
+    }
+
+    #[test]
+    fn errors_can_echo_the_presented_key() {
+        let steps = parse_script(
+            "401+echo-key, 500+retry-after:1+echo-key, error-after-1:server_error+echo-key",
+        )
+        .unwrap();
+        for step in &steps {
+            assert!(step.parts().1.echo_key, "{step}");
+        }
+        assert!(
+            matches!(steps[1].parts().0, Step::Status { status: 500, headers, .. } if headers.len() == 1)
+        );
+        let text: Vec<String> = steps.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text.join(", "),
+            "401+echo-key, 500+retry-after:1+echo-key, error-after-1:server_error+echo-key"
         );
     }
 }

@@ -103,8 +103,16 @@ impl Client {
 
 fn print(value: &Value) -> Result<()> {
     let mut out = std::io::stdout().lock();
-    writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
+    writeln!(out, "{}", shown(&serde_json::to_string_pretty(value)?))?;
     Ok(())
+}
+
+/// `text` without the keys this process holds (the gateway key it presents), by value: what
+/// it prints is a gateway's answer, already redacted by shape there.
+fn shown(text: &str) -> String {
+    rebound_core::redact::secrets::known()
+        .redact(text)
+        .into_owned()
 }
 
 fn line(job: &Value) -> String {
@@ -133,6 +141,8 @@ pub(crate) fn run(args: JobsArgs) -> Result<()> {
         base: args.gateway.clone(),
         key: std::env::var(&args.key_env).ok().filter(|k| !k.is_empty()),
     };
+    // The gateway key is a secret of this process too: no output or message shows it.
+    rebound_core::redact::secrets::remember(client.key.iter().cloned());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -183,10 +193,10 @@ pub(crate) fn run(args: JobsArgs) -> Result<()> {
             Some(jobs) if jobs.is_empty() => writeln!(out, "no jobs")?,
             Some(jobs) => {
                 for job in jobs {
-                    writeln!(out, "{}", line(job))?;
+                    writeln!(out, "{}", shown(&line(job)))?;
                 }
             }
-            None => writeln!(out, "{}", line(&value))?,
+            None => writeln!(out, "{}", shown(&line(&value)))?,
         }
         Ok(())
     })
@@ -199,4 +209,21 @@ fn message(value: &Value, status: u16) -> String {
         .map(str::to_owned)
         .unwrap_or_else(|| value.to_string());
     format!("the gateway answered {status}: {text}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_it_prints_never_shows_the_gateway_key_it_holds() {
+        let key = "gw-5b7e2c91-jobs-door";
+        rebound_core::redact::secrets::remember([key]);
+        let job = json!({"id": "job_1", "state": "failed", "error": {"message": format!("echoed {key}")}});
+        let text = shown(&serde_json::to_string_pretty(&job).unwrap());
+        assert!(
+            !text.contains(key) && text.contains("echoed [redacted]"),
+            "{text}"
+        );
+    }
 }

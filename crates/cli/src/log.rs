@@ -211,6 +211,29 @@ mod tests {
     }
 
     #[test]
+    fn keys_of_any_shape_that_rebound_holds_are_redacted_by_value() {
+        // An Azure OpenAI key: 32 hex digits, a shape no pattern knows.
+        let key = "9e1d2c3b4a5f60718293a4b5c6d7e8f0";
+        rebound_core::redact::secrets::remember([key]);
+        let line = format!("WARN rebound::attempt: error=\"Incorrect API key provided: {key}.\"\n");
+        for format in [LogFormat::Text, LogFormat::Json] {
+            let written = match format {
+                LogFormat::Text => line.clone(),
+                LogFormat::Json => format!(
+                    "{}\n",
+                    serde_json::json!({"target": "rebound::attempt", "error": line.trim_end()})
+                ),
+            };
+            let out = redacted(format, &[&written]);
+            assert!(!out.contains(key), "{out}");
+            assert!(
+                out.contains("Incorrect API key provided: [redacted]."),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
     fn text_lines_are_redacted_even_when_a_key_is_split_across_writes() {
         let out = redacted(
             LogFormat::Text,

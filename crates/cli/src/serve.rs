@@ -71,9 +71,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         config.max_connections = Some(config.connections_for_open_files(open_files));
     }
     let connections = format!(
-        "  connections         up to {} at once (open files limit {})",
+        "  connections         up to {} at once (open files limit {}, listen backlog {})",
         config.connection_cap(),
-        open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
+        open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+        config.listen_backlog
     );
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -81,6 +82,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(async move {
+        let gated = !config.gateway_keys.is_empty();
         let routes: Vec<String> = config
             .routes
             .iter()
@@ -89,7 +91,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
                     .candidates
                     .iter()
                     .map(|c| {
-                        let key = if c.api_key.is_some() { "key from env" } else { "client key" };
+                        let key = c.key_source(gated);
                         let http2 = if c.http2 { ", HTTP/2" } else { "" };
                         format!("{} → {} ({key}{http2})", c.id, c.base_url)
                     })

@@ -14,7 +14,8 @@
 //!   outcome (D1), with the interactive defaults as one preset (T3, T4, B1).
 //! - [`turn`]: the budget state machine over a logical turn and its route (B1–B6, D2, D4).
 //! - [`status`]: the retry status line (R3) and the exhaustion diagnostics (R4).
-//! - [`redact`]: secrets never leave.
+//! - [`redact`]: secrets never leave: the keys the process holds by value
+//!   ([`redact::secrets`]), every other key by its shape.
 //!
 //! ## Example
 //!

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 
@@ -32,6 +32,20 @@ async fn timer_anchor(mut stopped: watch::Receiver<bool>) {
 /// How long the accept loop pauses after a failed accept (out of file descriptors).
 const ACCEPT_ERROR_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// A listener on `addr` whose system queue holds `backlog` connections not yet accepted.
+fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As std's and tokio's `bind` do on Unix: a restart need not wait out TIME_WAIT.
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
+}
+
 /// A running gateway.
 pub struct Server {
     addr: SocketAddr,
@@ -43,7 +57,10 @@ pub struct Server {
 impl Server {
     /// Binds the configured address (or `listen`, when given) and serves.
     pub async fn start(gateway: Gateway, listen: Option<SocketAddr>) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(listen.unwrap_or(gateway.config.listen)).await?;
+        let listener = bind(
+            listen.unwrap_or(gateway.config.listen),
+            gateway.config.listen_backlog,
+        )?;
         let addr = listener.local_addr()?;
         let gateway = Arc::new(gateway);
         let (stop, mut stopped) = watch::channel(false);

@@ -210,3 +210,160 @@ fn json_logs_are_one_object_a_line_with_the_fields_and_no_key() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `rebound serve --config <text>` in `env`, expected to refuse to start: its one stderr line.
+fn refused(config: &str, env: &[(&str, &str)]) -> String {
+    let dir = std::env::temp_dir().join(format!(
+        "rebound-serve-keys-{}-{}",
+        std::process::id(),
+        env.len()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("rebound.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .envs(env.iter().copied())
+        .env("XDG_DATA_HOME", &dir)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{config} started: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    stderr
+}
+
+#[test]
+fn serve_refuses_key_settings_that_open_the_door_or_cannot_be_redacted() {
+    let candidate = "[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\napi_key_env = \"REBOUND_TEST_PROVIDER_KEY\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n";
+    let provider = (
+        "REBOUND_TEST_PROVIDER_KEY",
+        "3f9c0a7be21d4c58a6f0e1b2c3d4e5f6",
+    );
+    // The port is taken: a gateway that wrongly accepted the keys would stop at listening
+    // with another message instead of serving forever.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    for listen in [format!("127.0.0.1:{port}"), format!("0.0.0.0:{port}")] {
+        let gated =
+            format!("listen = \"{listen}\"\ngateway_key_envs = [\"REBOUND_TEST_GW\"]\n{candidate}");
+        for empty in [",", " , ", " "] {
+            let stderr = refused(&gated, &[("REBOUND_TEST_GW", empty), provider]);
+            assert!(
+                stderr.contains("gateway_key_envs[0]")
+                    && stderr.contains("`REBOUND_TEST_GW` holds no key"),
+                "{listen} {empty:?}: {stderr}"
+            );
+        }
+        let stderr = refused(&gated, &[("REBOUND_TEST_GW", ""), provider]);
+        assert!(
+            stderr.contains("`REBOUND_TEST_GW` is not set or is empty"),
+            "{listen}: {stderr}"
+        );
+        let stderr = refused(
+            &gated,
+            &[("REBOUND_TEST_GW", "gw-7f3e9a1c-door,short"), provider],
+        );
+        assert!(
+            stderr.contains("`REBOUND_TEST_GW` holds a key of 5 characters"),
+            "{stderr}"
+        );
+        let stderr = refused(
+            &gated,
+            &[
+                ("REBOUND_TEST_GW", "gw-7f3e9a1c-door"),
+                ("REBOUND_TEST_PROVIDER_KEY", "k-12345"),
+            ],
+        );
+        assert!(
+            stderr.contains("candidate.c.api_key_env")
+                && stderr.contains("`REBOUND_TEST_PROVIDER_KEY` holds a key of 7 characters")
+                && !stderr.contains("k-12345"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn an_echoed_key_of_unknown_shape_is_in_no_log_line_and_the_banner_says_where_keys_come_from() {
+    use std::io::BufRead;
+    let key = "3f9c0a7be21d4c58a6f0e1b2c3d4e5f6";
+    let (mut chaos, upstream) = start(&[
+        "chaos",
+        "--listen",
+        "127.0.0.1:0",
+        "--script",
+        "default=401+echo-key",
+    ]);
+    let dir = std::env::temp_dir().join(format!("rebound-serve-echo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("rebound.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ngateway_key_envs = [\"REBOUND_TEST_GW\"]\n[[candidate]]\nid = \"azure\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"REBOUND_TEST_AZURE_KEY\"\n[[candidate]]\nid = \"keyless\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"azure\", \"keyless\"]\n"
+        ),
+    )
+    .unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("REBOUND_TEST_AZURE_KEY", key)
+        .env("REBOUND_TEST_GW", "gw-7f3e9a1c-door")
+        .env("REBOUND_LOG", "info")
+        .env("XDG_DATA_HOME", &dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = std::io::BufReader::new(serve.stdout.take().unwrap());
+    let mut banner = String::new();
+    while !banner.contains("route r") {
+        assert_ne!(reader.read_line(&mut banner).unwrap(), 0, "{banner}");
+    }
+    let addr = banner
+        .lines()
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert!(
+        banner.contains("azure → ") && banner.contains("(key from $REBOUND_TEST_AZURE_KEY)"),
+        "{banner}"
+    );
+    assert!(
+        banner.contains("(no key: client keys stay with rebound under gateway keys)"),
+        "{banner}"
+    );
+    assert!(banner.contains("listen backlog"), "{banner}");
+    let body = r#"{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}"#;
+    let reply = crate::http(
+        &addr,
+        &format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer gw-7f3e9a1c-door\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert!(
+        reply.contains("[redacted]"),
+        "the echo is not there: {reply}"
+    );
+    assert!(!reply.contains(key), "the key leaked: {reply}");
+    // The attempt's line and the request's line (the log writer's redaction by value is
+    // checked line by line in its unit tests).
+    let lines = stderr_lines(&mut serve);
+    for _ in 0..2 {
+        let line = lines
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("two log lines while the gateway runs");
+        assert!(!line.contains(key), "the key leaked: {line}");
+    }
+    for child in [&mut serve, &mut chaos] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -10,9 +10,13 @@ use rebound_core::Policy;
 use rebound_runtime::Protocol;
 use serde::Deserialize;
 
+mod backlog;
+mod keys;
 mod policy;
 mod route;
 
+pub use backlog::DEFAULT_LISTEN_BACKLOG;
+pub use keys::CLIENT_CREDENTIAL_HEADERS;
 use policy::{PolicyFile, compile_policy};
 pub use route::{Candidate, Route, Routes, matches_pattern};
 
@@ -71,6 +75,9 @@ struct ConfigFile {
     listen: Option<String>,
     #[serde(default)]
     gateway_key_envs: Vec<String>,
+    #[serde(default)]
+    strip_headers: Vec<String>,
+    listen_backlog: Option<u32>,
     body_limit_bytes: Option<usize>,
     store_path: Option<String>,
     header_read_timeout_ms: Option<u64>,
@@ -113,6 +120,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Accepted client keys; empty means none are required (loopback only).
     pub gateway_keys: Vec<String>,
+    /// Client request headers never forwarded upstream under gateway keys, besides the
+    /// credential headers every client may send ([`CLIENT_CREDENTIAL_HEADERS`]); lower case.
+    pub strip_headers: Vec<http::HeaderName>,
+    /// The listen backlog: connections the system queues before rebound accepts them.
+    pub listen_backlog: u32,
     /// The request body limit.
     pub body_limit: usize,
     /// Routes, in order.
@@ -220,21 +232,8 @@ pub fn load_with(
         })?,
         (None, None) => SocketAddr::from(([127, 0, 0, 1], 8080)),
     };
-    let mut gateway_keys = Vec::new();
-    for (i, name) in parsed.gateway_key_envs.iter().enumerate() {
-        let key = env.var(name).ok_or_else(|| {
-            err(
-                Some(format!("gateway_key_envs[{i}]")),
-                format!("the environment variable `{name}` is not set"),
-            )
-        })?;
-        gateway_keys.extend(
-            key.split(',')
-                .map(str::trim)
-                .filter(|k| !k.is_empty())
-                .map(str::to_owned),
-        );
-    }
+    let gateway_keys = keys::gateway_keys(&parsed.gateway_key_envs, env)
+        .map_err(|(key, message)| err(Some(key), message))?;
     if !listen.ip().is_loopback() && gateway_keys.is_empty() {
         return Err(err(
             Some("listen".into()),
@@ -286,6 +285,9 @@ pub fn load_with(
             ));
         }
         let api_key = c.api_key_env.as_deref().and_then(|name| env.var(name));
+        if let (Some(name), Some(key)) = (&c.api_key_env, &api_key) {
+            keys::check(name, key).map_err(|message| err(at("api_key_env"), message))?;
+        }
         if !gateway_keys.is_empty() && c.api_key_env.is_some() && api_key.is_none() {
             return Err(err(
                 at("api_key_env"),
@@ -415,15 +417,32 @@ pub fn load_with(
             "must be more than 0".into(),
         ));
     }
-    Ok(Config {
+    let strip_headers = keys::strip_headers(&parsed.strip_headers)
+        .map_err(|(key, message)| err(Some(key), message))?;
+    let listen_backlog = match parsed.listen_backlog {
+        Some(0) => {
+            return Err(err(
+                Some("listen_backlog".into()),
+                "must be more than 0".into(),
+            ));
+        }
+        Some(n) => n,
+        None => backlog::default_backlog(),
+    };
+    let config = Config {
         listen,
+        strip_headers,
+        listen_backlog,
         gateway_keys,
         body_limit,
         routes: Routes::new(routes),
         store_path,
         header_read_timeout,
         max_connections: parsed.max_connections,
-    })
+    };
+    // Every key loaded is a secret from now on: redacted by value wherever text leaves.
+    rebound_core::redact::secrets::remember(config.secrets());
+    Ok(config)
 }
 
 /// `$XDG_DATA_HOME/rebound/jobs.db`, else `~/.local/share/rebound/jobs.db`, else

@@ -21,6 +21,8 @@ pub struct Candidate {
     /// The key from the environment; `None` forwards the client's key (when gateway keys are
     /// off) or sends none.
     pub api_key: Option<String>,
+    /// The environment variable its key comes from, as configured.
+    pub api_key_env: Option<String>,
     /// The model it serves; rewrites the request's `model`.
     pub model: Option<String>,
     /// The provider name the catalogue knows.
@@ -66,6 +68,21 @@ impl fmt::Debug for Candidate {
 }
 
 impl Candidate {
+    /// Where the key it sends comes from, as the `rebound serve` banner tells it. Under gateway
+    /// keys a client's credential never goes upstream, so a candidate without a key of its own
+    /// sends none.
+    pub fn key_source(&self, gateway_keys: bool) -> String {
+        match (&self.api_key, &self.api_key_env) {
+            (Some(_), Some(name)) => format!("key from ${name}"),
+            (Some(_), None) => "key from the configuration".into(),
+            (None, _) if gateway_keys => {
+                "no key: client keys stay with rebound under gateway keys".into()
+            }
+            (None, Some(name)) => format!("${name} unset: the client's key"),
+            (None, None) => "the client's key".into(),
+        }
+    }
+
     /// A declared candidate, checked, with what its requests need derived. An error names the
     /// field (`id`, `base_url`, `api_key_env`) and never shows the key.
     pub(super) fn new(declared: Declared) -> Result<Self, (&'static str, String)> {
@@ -137,6 +154,7 @@ impl Candidate {
         };
         Ok(Candidate {
             id,
+            api_key_env,
             protocol,
             base_url,
             api_key,

@@ -5,7 +5,7 @@ use rebound_core::policy::{Exhausted, Limit};
 use super::*;
 
 fn load_text(text: &str) -> Result<Config, ConfigError> {
-    load_env(text, [("OPENAI_API_KEY", "sk-test")])
+    load_env(text, [("OPENAI_API_KEY", "sk-test-key")])
 }
 
 /// `text` as `rebound.toml`, without overrides, in the environment `env`.
@@ -42,13 +42,13 @@ fn overrides_apply() {
         "embedded default",
         DEFAULT_CONFIG,
         &o,
-        &[("OPENAI_API_KEY", "k")],
+        &[("OPENAI_API_KEY", "sk-test-key")],
     )
     .unwrap();
     assert_eq!(c.listen.port(), 9);
     let route = c.route("m", Protocol::OpenAi).unwrap();
     assert_eq!(route.candidates[0].base_url, "http://127.0.0.1:7/v1");
-    assert_eq!(route.candidates[0].api_key.as_deref(), Some("k"));
+    assert_eq!(route.candidates[0].api_key.as_deref(), Some("sk-test-key"));
 }
 
 #[test]
@@ -226,11 +226,11 @@ fn patterns() {
 #[test]
 fn non_loopback_needs_gateway_keys_and_upstream_keys() {
     let text = "listen = \"0.0.0.0:8080\"\ngateway_key_envs = [\"GW\"]\n[[candidate]]\nid=\"a\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"MISSING\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"a\"]\n";
-    let e = load_env(text, [("GW", "k1,k2")]).unwrap_err();
+    let e = load_env(text, [("GW", "gw-key-1,gw-key-2")]).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("candidate.a.api_key_env"));
     let ok = text.replace("api_key_env=\"MISSING\"\n", "");
-    let c = load_env(&ok, [("GW", "k1,k2")]).unwrap();
-    assert_eq!(c.gateway_keys, ["k1", "k2"]);
+    let c = load_env(&ok, [("GW", "gw-key-1, gw-key-2")]).unwrap();
+    assert_eq!(c.gateway_keys, ["gw-key-1", "gw-key-2"]);
 }
 
 /// What every request needs from a candidate is built at load, so what cannot be built is a
@@ -246,13 +246,13 @@ fn header_values_are_checked_at_load() {
     let e = load_text(&text.replace("id=\"r\"", "id=\"r\\u0001\"")).unwrap_err();
     assert_eq!(e.key.as_deref(), Some("route.r\u{1}.id"), "{e}");
 
-    let c = load_env(text, [("KEY", "sk-fine")]).unwrap();
+    let c = load_env(text, [("KEY", "sk-fine-key")]).unwrap();
     let route = c.route("m", Protocol::OpenAi).unwrap();
     let candidate = &route.candidates[0];
     assert_eq!(candidate.endpoint(), "http://x/v1/chat/completions");
     let mut headers = http::HeaderMap::new();
     candidate.authorize(&mut headers);
-    assert_eq!(headers["authorization"], "Bearer sk-fine");
+    assert_eq!(headers["authorization"], "Bearer sk-fine-key");
     assert!(headers["authorization"].is_sensitive());
     assert_eq!(route.id_header(), "r");
     assert_eq!(candidate.id_header(), "a");
@@ -328,4 +328,52 @@ fn the_default_jobs_file_is_jobs_db_unless_an_older_routes_db_is_there() {
     std::fs::write(dir.join("jobs.db"), b"").unwrap();
     assert_eq!(default_store_path(&env), dir.join("jobs.db"));
     std::fs::remove_dir_all(&data).unwrap();
+}
+
+#[test]
+fn the_listen_backlog_and_stripped_headers_are_configured() {
+    let text =
+        format!("listen_backlog = 64\nstrip_headers = [\"X-Tenant-Token\"]\n{DEFAULT_CONFIG}");
+    let c = load_text(&text).unwrap();
+    assert_eq!(c.listen_backlog, 64);
+    assert_eq!(
+        c.strip_headers,
+        [http::HeaderName::from_static("x-tenant-token")]
+    );
+    let e = load_text(&format!("listen_backlog = 0\n{DEFAULT_CONFIG}")).unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("listen_backlog"), "{e}");
+    let e = load_text(&format!(
+        "strip_headers = [\"bad header\"]\n{DEFAULT_CONFIG}"
+    ))
+    .unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("strip_headers[0]"), "{e}");
+    assert!(load_text(DEFAULT_CONFIG).unwrap().listen_backlog <= super::DEFAULT_LISTEN_BACKLOG);
+}
+
+#[test]
+fn the_banner_tells_where_each_key_comes_from() {
+    let text = "[[candidate]]\nid=\"keyed\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"KEY\"\n[[candidate]]\nid=\"unset\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\napi_key_env=\"UNSET\"\n[[candidate]]\nid=\"keyless\"\nprotocol=\"openai\"\nbase_url=\"http://x/v1\"\n[[route]]\nid=\"r\"\nmodels=[\"*\"]\ncandidates=[\"keyed\", \"unset\", \"keyless\"]\n";
+    let c = load_env(text, [("KEY", "sk-fine-key")]).unwrap();
+    let sources: Vec<String> = c
+        .routes
+        .iter()
+        .next()
+        .unwrap()
+        .candidates
+        .iter()
+        .map(|c| c.key_source(false))
+        .collect();
+    assert_eq!(
+        sources,
+        [
+            "key from $KEY",
+            "$UNSET unset: the client's key",
+            "the client's key"
+        ]
+    );
+    let keyless = &c.routes.iter().next().unwrap().candidates[2];
+    assert_eq!(
+        keyless.key_source(true),
+        "no key: client keys stay with rebound under gateway keys"
+    );
 }

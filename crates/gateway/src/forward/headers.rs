@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, header};
 
+use rebound_core::redact::secrets::{self, Secrets};
+
 use crate::config::{Candidate, Route};
 use crate::state::Gateway;
 
@@ -24,20 +26,23 @@ const HOP_BY_HOP: [&str; 11] = [
     "accept-encoding",
 ];
 
-/// Credential headers, replaced by the candidate's key or dropped under gateway keys.
+/// Credential headers, replaced by the candidate's key when it has one.
 const AUTH_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 
 /// The client's request headers as they go to `candidate`: without hop-by-hop headers and
 /// rebound's own (`x-rebound-*`), with the candidate's `Host` and credential. The client's
 /// credential goes along only when the candidate has no key of its own and no gateway key is
-/// configured (then it is the provider's key, not rebound's).
+/// configured (then it is the provider's key, not rebound's). Under gateway keys no client
+/// credential goes at all: every header of [`crate::config::CLIENT_CREDENTIAL_HEADERS`] and
+/// those the configuration names (`strip_headers`) stay with rebound.
 pub(crate) fn forwarded_headers(
     headers: &mut HeaderMap,
     client: &HeaderMap,
     candidate: &Candidate,
     gateway: &Gateway,
 ) {
-    let strip_auth = candidate.api_key.is_some() || !gateway.config.gateway_keys.is_empty();
+    let strip_auth = candidate.api_key.is_some();
+    let config = &gateway.config;
     // Room for the client's headers and the few added here, so the map grows at most once.
     headers.reserve(client.len() + 4);
     for (name, value) in client {
@@ -45,7 +50,7 @@ pub(crate) fn forwarded_headers(
         if HOP_BY_HOP.contains(&name_str) || name_str.starts_with("x-rebound-") {
             continue;
         }
-        if strip_auth && AUTH_HEADERS.contains(&name_str) {
+        if (strip_auth && AUTH_HEADERS.contains(&name_str)) || config.strips(name) {
             continue;
         }
         headers.append(name.clone(), value.clone());
@@ -58,21 +63,39 @@ pub(crate) fn forwarded_headers(
 
 /// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when
 /// they will wait for a stream's commit point.
+/// A value that holds a key rebound holds is redacted (an upstream may echo it).
 pub(crate) fn relayable(upstream: &HeaderMap, detach_values: bool) -> HeaderMap {
+    let secrets = secrets::known();
     // Room for the `x-rebound-*` headers added next.
     let mut out = HeaderMap::with_capacity(upstream.len() + 3);
     for (name, value) in upstream {
         if HOP_BY_HOP.contains(&name.as_str()) || name == header::CONTENT_ENCODING {
             continue;
         }
-        let value = if detach_values {
-            detach(value)
-        } else {
-            value.clone()
+        let value = match without_secrets(value, &secrets) {
+            Some(clean) => clean,
+            None if detach_values => detach(value),
+            None => value.clone(),
         };
         out.append(name.clone(), value);
     }
     out
+}
+
+/// `value` with every key of `secrets` redacted, when it holds one. Only by value: a header's
+/// shape-like text (a signed URL's `sig=`) is the client's to have.
+fn without_secrets(value: &HeaderValue, secrets: &Secrets) -> Option<HeaderValue> {
+    if secrets.is_empty() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(value.as_bytes());
+    match secrets.redact(&text) {
+        Cow::Borrowed(_) => None,
+        Cow::Owned(clean) => Some(
+            HeaderValue::from_str(&clean)
+                .unwrap_or(HeaderValue::from_static(rebound_core::redact::REDACTED)),
+        ),
+    }
 }
 
 /// Copies of header values that share no memory with the connection's read buffer.
@@ -121,6 +144,7 @@ const KEPT_PREFIXES_ON_GIVE_UP: [&str; 2] = ["x-ratelimit-", "anthropic-ratelimi
 
 /// The headers of a failed attempt's response that rebound's final error keeps (G10).
 pub(super) fn kept_on_give_up(upstream: &HeaderMap) -> HeaderMap {
+    let secrets = secrets::known();
     let mut kept = HeaderMap::new();
     for (name, value) in upstream {
         let name_str = name.as_str();
@@ -129,7 +153,8 @@ pub(super) fn kept_on_give_up(upstream: &HeaderMap) -> HeaderMap {
                 .iter()
                 .any(|prefix| name_str.starts_with(prefix))
         {
-            kept.append(name.clone(), detach(value));
+            let value = without_secrets(value, &secrets).unwrap_or_else(|| detach(value));
+            kept.append(name.clone(), value);
         }
     }
     kept

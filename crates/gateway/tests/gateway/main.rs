@@ -17,6 +17,7 @@ mod jobs;
 mod passthrough;
 mod recovery;
 mod responses;
+mod secrets;
 mod soak;
 mod streams;
 mod tokens;

@@ -7,7 +7,7 @@ use crate::{chaos, gateway, send};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-fn request(extra: &str) -> String {
+pub(crate) fn request(extra: &str) -> String {
     format!(r#"{{"model":"gpt-test","input":"hi"{extra}}}"#)
 }
 

@@ -4,6 +4,10 @@
 //! `Authorization` headers into bodies, Gemini puts `?key=` in URLs. Everything rebound shows
 //! (excerpts, diagnostics, errors) passes through [`redact`] first. Matching itself reads the
 //! raw text, so redaction never changes a classification.
+//!
+//! Two kinds of match: the keys this process was given, by value ([`secrets`]: any shape,
+//! remembered at start-up), and the shapes below (keys of known providers, credential fields,
+//! bearer tokens, URL keys) for secrets rebound was never given.
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -11,6 +15,8 @@ use std::sync::LazyLock;
 use regex::{Regex, RegexSet};
 
 use crate::evidence::Headers;
+
+pub mod secrets;
 
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[redacted]";
@@ -55,10 +61,14 @@ static PATTERNS: LazyLock<Vec<Regex>> =
 /// All the patterns at once: most text holds no secret, and one pass says so.
 static ANY: LazyLock<Option<RegexSet>> = LazyLock::new(|| RegexSet::new(SOURCES).ok());
 
-/// `text` with every secret replaced by [`REDACTED`]. Borrows when nothing was found.
+/// `text` with every secret replaced by [`REDACTED`]: the keys this process holds by value
+/// ([`secrets::remember`]), then every shape. Borrows when nothing was found.
 pub fn redact(text: &str) -> Cow<'_, str> {
-    let mut out = Cow::Borrowed(text);
-    if ANY.as_ref().is_some_and(|any| !any.is_match(text)) {
+    let mut out = match secrets::known().redact(text) {
+        Cow::Borrowed(_) => Cow::Borrowed(text),
+        Cow::Owned(by_value) => Cow::Owned(by_value),
+    };
+    if ANY.as_ref().is_some_and(|any| !any.is_match(&out)) {
         return out;
     }
     for pattern in PATTERNS.iter() {
