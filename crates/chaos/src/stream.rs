@@ -114,7 +114,8 @@ pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
 /// Chat Completions' last line.
 const DONE: &str = "data: [DONE]\n\n";
 
-/// A whole SSE event whose data breaks off mid-JSON: what `malformed-event-at-N` sends.
+/// A whole SSE event whose data breaks off mid-JSON: what `malformed-event-at-N` sends, and
+/// `malformed-after-N` before its bytes that are not SSE.
 pub const MALFORMED_EVENT: &str = "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\n";
 
 type Sender = mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
@@ -205,11 +206,7 @@ pub fn streamed(
                 return;
             }
             Some(Step::MalformedAfter(_)) => {
-                let _ = send(
-                    "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\nnot sse at all\n\n"
-                        .to_owned(),
-                )
-                .await;
+                let _ = send(format!("{MALFORMED_EVENT}not sse at all\n\n")).await;
                 abort(&tx, std::io::ErrorKind::InvalidData, "chaos: malformed").await;
                 return;
             }
