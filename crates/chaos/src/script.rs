@@ -32,6 +32,10 @@ pub enum Step {
     Reset,
     /// Wait this long before the response headers.
     Stall(Duration),
+    /// An outage: this request and every request of its key that arrives within this long
+    /// after it are reset before any response byte; the script goes on after the outage as
+    /// if they had not come: `down:MS`.
+    Down(Duration),
     /// Stream this many content chunks, then cut the connection.
     CutAfter(usize),
     /// Stream this many content chunks, then go quiet for this long.
@@ -212,6 +216,9 @@ fn parse_reply(step: &str) -> Result<Step, String> {
     if let Some(ms) = step.strip_prefix("stall:") {
         return parse_ms(ms).map(Step::Stall);
     }
+    if let Some(ms) = step.strip_prefix("down:") {
+        return parse_ms(ms).map(Step::Down);
+    }
     if let Some(rest) = step.strip_prefix("cut-after-") {
         return parse_count(rest).map(Step::CutAfter);
     }
@@ -236,7 +243,7 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         return parse_count(rest).map(Step::MalformedEventAt);
     }
     Err(
-        "expected ok, reset, stall[:MS], a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done or thinking-only"
+        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done or thinking-only"
             .to_owned(),
     )
 }
@@ -289,6 +296,7 @@ impl fmt::Display for Step {
             }
             Step::Reset => f.write_str("reset"),
             Step::Stall(d) => write!(f, "stall:{}", d.as_millis()),
+            Step::Down(d) => write!(f, "down:{}", d.as_millis()),
             Step::CutAfter(n) => write!(f, "cut-after-{n}-chunks"),
             Step::StallAfter(n, d) => write!(f, "stall-after-{n}:{}", d.as_millis()),
             Step::ErrorAfter(n, kind) => write!(f, "error-after-{n}:{kind}"),
@@ -370,6 +378,11 @@ mod tests {
             Ok(Step::MalformedEventAt(2))
         );
         assert_eq!(parse_step("no-done"), Ok(Step::NoDone));
+        assert_eq!(
+            parse_step("down:5000"),
+            Ok(Step::Down(Duration::from_secs(5)))
+        );
+        assert_eq!(Step::Down(Duration::from_secs(5)).to_string(), "down:5000");
         assert!(matches!(
             parse_step("context"),
             Ok(Step::Status {

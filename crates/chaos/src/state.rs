@@ -30,6 +30,24 @@ pub struct ChaosConfig {
 pub(crate) struct Counters {
     pub(crate) attempts: HashMap<String, u64>,
     pub(crate) scripts: HashMap<String, Vec<Step>>,
+    /// The outage a `down:MS` step began, by key.
+    pub(crate) outages: HashMap<String, Outage>,
+}
+
+/// A key's outage: until when its requests are reset, and how many requests outages have
+/// taken from its script's count so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Outage {
+    until: tokio::time::Instant,
+    absorbed: u64,
+}
+
+impl Counters {
+    /// Forgets a key's attempts and outage: its script starts over.
+    pub(crate) fn restart(&mut self, key: &str) {
+        self.attempts.remove(key);
+        self.outages.remove(key);
+    }
 }
 
 pub(crate) struct State {
@@ -55,8 +73,32 @@ impl State {
             *n
         };
         if let Some(script) = counters.scripts.get(key) {
-            let index = usize::try_from(attempt - 1).unwrap_or(usize::MAX);
-            return (script.get(index).cloned().unwrap_or(Step::Ok), attempt);
+            let now = tokio::time::Instant::now();
+            let outage = counters.outages.get(key).copied();
+            if let Some(outage) = outage.filter(|o| now < o.until) {
+                counters.outages.insert(
+                    key.to_owned(),
+                    Outage {
+                        absorbed: outage.absorbed + 1,
+                        ..outage
+                    },
+                );
+                return (Step::Reset, attempt);
+            }
+            let absorbed = outage.map_or(0, |o| o.absorbed);
+            let index = usize::try_from(attempt - 1 - absorbed).unwrap_or(usize::MAX);
+            let step = script.get(index).cloned().unwrap_or(Step::Ok);
+            if let Step::Down(length) = step {
+                counters.outages.insert(
+                    key.to_owned(),
+                    Outage {
+                        until: now + length,
+                        absorbed,
+                    },
+                );
+                return (Step::Reset, attempt);
+            }
+            return (step, attempt);
         }
         let step = match self.config.seed {
             Some(seed) => random_step(seed, key, attempt, self.config.fault_rate),
