@@ -315,6 +315,7 @@ pub fn load_with(
             }),
             http2: c.http2 || overrides.upstream_http2,
             policy: Arc::new(policy),
+            policy_set: c.policy.is_set() || parsed.policy.is_set(),
         })
         .map_err(|(field, message)| err(at(field), message))?;
         if candidates

@@ -27,8 +27,11 @@ pub struct Candidate {
     pub provider: String,
     /// Speak HTTP/2 to it: one connection carries every concurrent request.
     pub http2: bool,
-    /// Its per-class policy (D1).
+    /// Its per-class policy (D1): the configured one, else the interactive preset.
     pub policy: Arc<Policy>,
+    /// Its policy where a fallback follows it on a route: [`Policy::before_fallback`] by
+    /// default, its own when the configuration set one (D3).
+    pub policy_before_fallback: Arc<Policy>,
     endpoint: Uri,
     /// The Responses API's endpoint, for an OpenAI candidate.
     responses_endpoint: Option<Uri>,
@@ -49,6 +52,8 @@ pub(super) struct Declared {
     pub(super) provider: String,
     pub(super) http2: bool,
     pub(super) policy: Arc<Policy>,
+    /// The configuration set its policy, or every candidate's.
+    pub(super) policy_set: bool,
 }
 
 impl fmt::Debug for Candidate {
@@ -79,6 +84,7 @@ impl Candidate {
             provider,
             http2,
             policy,
+            policy_set,
         } = declared;
         let bad_id = || ("id", "an id is letters, digits, `-` and `_`".to_owned());
         if id.is_empty()
@@ -143,6 +149,11 @@ impl Candidate {
             model,
             provider,
             http2,
+            policy_before_fallback: if policy_set {
+                Arc::clone(&policy)
+            } else {
+                Arc::new(Policy::before_fallback())
+            },
             policy,
             endpoint,
             responses_endpoint,
@@ -242,6 +253,24 @@ impl Route {
     /// Its id, as the `x-rebound-route-id` header value.
     pub(crate) fn id_header(&self) -> HeaderValue {
         self.id_header.clone()
+    }
+
+    /// Each candidate's policy on this route (D3): every candidate but the last has a
+    /// fallback after it, so it takes its policy for that place; the last keeps its own
+    /// (the interactive preset unless configured). A route of one behaves as that candidate.
+    pub fn policies(&self) -> Vec<Arc<Policy>> {
+        let last = self.candidates.len().saturating_sub(1);
+        self.candidates
+            .iter()
+            .enumerate()
+            .map(|(position, c)| {
+                Arc::clone(if position < last {
+                    &c.policy_before_fallback
+                } else {
+                    &c.policy
+                })
+            })
+            .collect()
     }
 
     /// This route with only the candidates `keep` accepts, or `None` when none is left.

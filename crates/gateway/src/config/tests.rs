@@ -139,10 +139,10 @@ fn the_example_config_loads() {
         gpt.candidates[1].model.as_deref(),
         Some("openai/gpt-4o-mini")
     );
-    assert_eq!(
-        gpt.candidates[0].policy.hard.reset_wait.map(|r| r.max),
-        Some(Duration::from_secs(600))
-    );
+    // The route defaults (D3): openai falls back after two retries, openrouter is patient.
+    let policies = gpt.policies();
+    assert_eq!(*policies[0], Policy::before_fallback());
+    assert_eq!(*policies[1], Policy::interactive());
     assert!(c.route("claude-sonnet-4-5", Protocol::Anthropic).is_some());
     assert!(c.route("llama", Protocol::OpenAi).is_none());
 }
@@ -328,4 +328,69 @@ fn the_default_jobs_file_is_jobs_db_unless_an_older_routes_db_is_there() {
     std::fs::write(dir.join("jobs.db"), b"").unwrap();
     assert_eq!(default_store_path(&env), dir.join("jobs.db"));
     std::fs::remove_dir_all(&data).unwrap();
+}
+
+const TWO_OPENAI: &str = r#"
+[[candidate]]
+id = "a"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+
+[[candidate]]
+id = "b"
+protocol = "openai"
+base_url = "http://127.0.0.1:2/v1"
+
+[[route]]
+id = "r"
+models = ["gpt-*"]
+candidates = ["a", "b"]
+
+[[route]]
+id = "solo"
+models = ["o3"]
+candidates = ["a"]
+"#;
+
+#[test]
+fn a_candidate_with_a_fallback_after_it_defaults_to_the_short_pipeline_and_the_last_to_patience() {
+    let c = load_text(TWO_OPENAI).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let policies = route.policies();
+    assert_eq!(*policies[0], Policy::before_fallback());
+    assert_eq!(*policies[1], Policy::interactive());
+    // The same candidate alone on a route keeps the interactive preset.
+    let solo = c.route("o3", Protocol::OpenAi).unwrap();
+    assert_eq!(*solo.policies()[0], Policy::interactive());
+    // A route's view of one protocol has its own last candidate.
+    let mixed = TWO_OPENAI.replacen(
+        "protocol = \"openai\"\nbase_url = \"http://127.0.0.1:2/v1\"",
+        "protocol = \"anthropic\"\nbase_url = \"http://127.0.0.1:2\"",
+        1,
+    );
+    let c = load_text(&mixed).unwrap();
+    let openai = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    assert_eq!(*openai.policies()[0], Policy::interactive());
+}
+
+#[test]
+fn a_configured_policy_overrides_the_route_defaults() {
+    let own = TWO_OPENAI.replacen(
+        "base_url = \"http://127.0.0.1:1/v1\"",
+        "base_url = \"http://127.0.0.1:1/v1\"\npolicy = { preset = \"interactive\" }",
+        1,
+    );
+    let c = load_text(&own).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    assert_eq!(*route.policies()[0], Policy::interactive());
+    // A policy for every candidate is a choice too.
+    let every = format!("[policy.transient]\nretries = 1\n{TWO_OPENAI}");
+    let c = load_text(&every).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let policies = route.policies();
+    assert_eq!(policies[0], policies[1]);
+    assert_eq!(
+        policies[0].transient.retry.map(|r| r.limit),
+        Some(Limit::Count(1))
+    );
 }

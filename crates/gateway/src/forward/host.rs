@@ -110,14 +110,7 @@ impl Host for LiveHost {
     }
 
     fn new_turn(&self) -> Turn {
-        let policies = self
-            .request
-            .route
-            .candidates
-            .iter()
-            .map(|c| Arc::clone(&c.policy))
-            .collect();
-        Turn::new(policies, Caller::Session)
+        Turn::new(self.request.route.policies(), Caller::Session)
     }
 
     async fn attempt(&mut self, candidate: usize, attempt: u32) -> Attempt {

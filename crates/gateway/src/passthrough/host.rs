@@ -103,12 +103,12 @@ impl Host for PassHost {
     fn new_turn(&self) -> Turn {
         let policies = self
             .route
-            .candidates
-            .iter()
-            .map(|c| {
+            .policies()
+            .into_iter()
+            .map(|policy| {
                 Arc::new(rebound_core::Policy {
                     hard: ClassPolicy::immediate(Exhausted::Stop),
-                    ..*c.policy
+                    ..*policy
                 })
             })
             .collect();

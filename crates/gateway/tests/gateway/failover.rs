@@ -1,0 +1,105 @@
+//! Failover out of the box (#16, D3, D6): a route's fallback is used before the client is
+//! made to wait. Waits run in virtual time, so "within 10 s" is the sum of rebound's waits.
+
+use std::time::Duration;
+
+use rebound_chaos::Chaos;
+
+use crate::{Running, chaos, gateway, openai_body};
+
+/// A route of two OpenAI candidates with no policy configured: `primary`, then `fallback`.
+fn two_candidates(primary: &Chaos, fallback: &Chaos) -> String {
+    format!(
+        r#"
+[[candidate]]
+id = "primary"
+protocol = "openai"
+base_url = "{}"
+api_key_env = "CANARY_KEY"
+
+[[candidate]]
+id = "fallback"
+protocol = "openai"
+base_url = "{}"
+api_key_env = "CANARY_KEY"
+
+[[route]]
+id = "main"
+models = ["*"]
+candidates = ["primary", "fallback"]
+"#,
+        primary.openai_base_url(),
+        fallback.openai_base_url()
+    )
+}
+
+/// Sends one request through a two-candidate route whose primary follows `script`, and
+/// checks it was served by the fallback within 10 s of waiting after at most 3 primary
+/// attempts.
+async fn served_by_the_fallback(script: &str, stream: bool) -> Running {
+    let primary = chaos(script).await;
+    let fallback = chaos("ok").await;
+    let g = gateway(&two_candidates(&primary, &fallback), &primary).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+    assert_eq!(reply.status, 200, "{script}: {}", reply.text());
+    if !stream {
+        // A stream's head went out with the countdown's first keep-alive comment, before
+        // the fallback was chosen: its final figures come as a comment instead (G6).
+        assert_eq!(reply.header("x-rebound-candidate"), "fallback", "{script}");
+    }
+    let primary_attempts = primary.attempts("default");
+    // At most three, and here exactly: the attempt and two retries.
+    assert_eq!(primary_attempts, 3, "{script}: primary attempts");
+    assert_eq!(fallback.attempts("default"), 1, "{script}");
+    let waited = g.time.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "{script}: waited {waited:?}"
+    );
+    g
+}
+
+const PERSISTENT_429: &str = "429, 429, 429, 429, 429, 429, 429, 429, 429, 429, 429, 429";
+const PERSISTENT_503: &str = "503, 503, 503, 503, 503, 503, 503, 503, 503, 503, 503, 503";
+
+#[tokio::test]
+async fn a_persistent_429_without_a_hint_is_served_by_the_fallback_after_three_attempts() {
+    for stream in [false, true] {
+        served_by_the_fallback(PERSISTENT_429, stream).await;
+    }
+}
+
+#[tokio::test]
+async fn a_persistent_429_with_a_hint_waits_the_hint_twice_then_falls_back() {
+    let script = "429+retry-after:2, 429+retry-after:2, 429+retry-after:2, 429+retry-after:2";
+    let g = served_by_the_fallback(script, false).await;
+    assert_eq!(g.time.elapsed(), Duration::from_secs(4));
+}
+
+#[tokio::test]
+async fn a_persistent_503_is_served_by_the_fallback_after_three_attempts() {
+    for stream in [false, true] {
+        let g = served_by_the_fallback(PERSISTENT_503, stream).await;
+        // The transient schedule: 1 s, then 2 s.
+        assert_eq!(g.time.elapsed(), Duration::from_secs(3));
+    }
+}
+
+#[tokio::test]
+async fn a_primary_down_for_five_seconds_is_served_by_the_fallback() {
+    served_by_the_fallback("down:5000", true).await;
+}
+
+#[tokio::test]
+async fn a_single_candidate_route_keeps_the_interactive_patience() {
+    let only = chaos(PERSISTENT_503).await;
+    let text = two_candidates(&only, &only).replace(
+        r#"candidates = ["primary", "fallback"]"#,
+        r#"candidates = ["primary"]"#,
+    );
+    let g = gateway(&text, &only).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    // The interactive preset: 10 retries, 11 attempts.
+    assert_eq!(only.attempts("default"), 11);
+}
