@@ -117,6 +117,8 @@ pub struct Turn {
     counters: Counters,
     attempts: u32,
     waited: Duration,
+    /// No attempt starts after it (D6).
+    deadline: Option<SystemTime>,
 }
 
 impl Turn {
@@ -135,7 +137,16 @@ impl Turn {
             counters: Counters::default(),
             attempts: 1,
             waited: Duration::ZERO,
+            deadline: None,
         }
+    }
+
+    /// Sets the current request's deadline (D6), or lifts it: after it no attempt starts,
+    /// whatever budgets remain, so a wait that would end later is not begun and the turn
+    /// stops with the failure in hand. A deadline belongs to a request, not to the turn's
+    /// counters: it is not persisted.
+    pub fn set_deadline(&mut self, deadline: Option<SystemTime>) {
+        self.deadline = deadline;
     }
 
     /// A turn with one candidate.
@@ -241,6 +252,9 @@ impl Turn {
                 && hint <= reset.max
                 && !self.counters.reset_waited[slot]
             {
+                if self.past_deadline(now + hint) {
+                    return self.stop(StopReason::Deadline, failure, Some(class));
+                }
                 self.counters.reset_waited[slot] = true;
                 let limit = class_policy
                     .limit_for(self.caller)
@@ -262,8 +276,11 @@ impl Turn {
             {
                 let next = self.counters.retries[slot].saturating_add(1);
                 if limit.allows(next) {
-                    self.counters.retries[slot] = next;
                     let delay = retry.delay(next, hint, draw);
+                    if self.past_deadline(now + delay) {
+                        return self.stop(StopReason::Deadline, failure, Some(class));
+                    }
+                    self.counters.retries[slot] = next;
                     let kind = if hint.is_some() {
                         WaitKind::Hint
                     } else {
@@ -276,6 +293,9 @@ impl Turn {
 
         // Step 3: the exhausted outcome.
         match class_policy.exhausted {
+            Exhausted::Skip if self.candidate + 1 < self.route.len() && self.past_deadline(now) => {
+                self.stop(StopReason::Deadline, failure, Some(class))
+            }
             Exhausted::Skip if self.candidate + 1 < self.route.len() => {
                 self.candidate += 1;
                 self.counters = Counters::default();
@@ -323,6 +343,11 @@ impl Turn {
             kind,
             status,
         })
+    }
+
+    /// True when an attempt starting at `at` would start after the deadline.
+    fn past_deadline(&self, at: SystemTime) -> bool {
+        self.deadline.is_some_and(|deadline| at > deadline)
     }
 
     fn stop(&self, reason: StopReason, failure: Failure<'_>, class: Option<Class>) -> Action {

@@ -44,6 +44,23 @@ models = ["*"]
 candidates = ["openai", "anthropic"]
 "#;
 
+/// A `deadline_ms` value at `key`: more than 0, and at most a day (a longer wait is a job's).
+fn deadline_of(
+    ms: Option<u64>,
+    key: &str,
+) -> Result<Option<std::time::Duration>, (Option<String>, String)> {
+    const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+    match ms {
+        None => Ok(None),
+        Some(0) => Err((Some(key.to_owned()), "must be more than 0".into())),
+        Some(ms) if ms > DAY_MS => Err((
+            Some(key.to_owned()),
+            format!("{ms} ms is more than a day: a wait that long is a durable job's"),
+        )),
+        Some(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
+    }
+}
+
 /// A configuration that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -75,6 +92,8 @@ struct ConfigFile {
     store_path: Option<String>,
     header_read_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
+    /// The default request deadline of every route (D6).
+    deadline_ms: Option<u64>,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -104,6 +123,8 @@ struct RouteFile {
     id: String,
     models: Vec<String>,
     candidates: Vec<String>,
+    /// This route's request deadline, instead of the global one (D6).
+    deadline_ms: Option<u64>,
 }
 
 /// The validated configuration.
@@ -117,6 +138,9 @@ pub struct Config {
     pub body_limit: usize,
     /// Routes, in order.
     pub routes: Routes,
+    /// The request deadline of a route that sets none, and of a request that has no route
+    /// of the configuration's (a stored response, a pass-through): `deadline_ms` (D6).
+    pub deadline: Option<std::time::Duration>,
     /// The durable jobs database.
     pub store_path: std::path::PathBuf,
     /// How long a client may take to send a request head.
@@ -349,6 +373,8 @@ pub fn load_with(
             }
         }
     }
+    let deadline =
+        deadline_of(parsed.deadline_ms, "deadline_ms").map_err(|(key, m)| err(key, m))?;
     let mut routes = Vec::new();
     let mut route_ids = HashSet::new();
     for r in &parsed.route {
@@ -382,8 +408,11 @@ pub fn load_with(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let route_deadline = deadline_of(r.deadline_ms, &format!("route.{}.deadline_ms", r.id))
+            .map_err(|(key, m)| err(key, m))?
+            .or(deadline);
         routes.push(
-            Route::new(r.id.clone(), r.models.clone(), list)
+            Route::new(r.id.clone(), r.models.clone(), list, route_deadline)
                 .map_err(|message| err(Some(format!("route.{}.id", r.id)), message))?,
         );
     }
@@ -417,6 +446,7 @@ pub fn load_with(
         ));
     }
     Ok(Config {
+        deadline,
         listen,
         gateway_keys,
         body_limit,

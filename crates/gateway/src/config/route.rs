@@ -230,6 +230,8 @@ pub struct Route {
     pub models: Vec<String>,
     /// Candidates, in order.
     pub candidates: Vec<Arc<Candidate>>,
+    /// How long a request may take (D6): its own `deadline_ms`, else the global one.
+    pub deadline: Option<std::time::Duration>,
     id_header: HeaderValue,
 }
 
@@ -239,6 +241,7 @@ impl Route {
         id: String,
         models: Vec<String>,
         candidates: Vec<Arc<Candidate>>,
+        deadline: Option<std::time::Duration>,
     ) -> Result<Self, String> {
         let id_header = HeaderValue::from_str(&id)
             .map_err(|_| "an id may not hold control characters".to_owned())?;
@@ -246,6 +249,7 @@ impl Route {
             id,
             models,
             candidates,
+            deadline,
             id_header,
         })
     }
@@ -294,6 +298,7 @@ impl Route {
             id: id.to_owned(),
             models: Vec::new(),
             candidates: vec![candidate],
+            deadline: None,
             id_header: HeaderValue::from_static(id),
         }
     }

@@ -113,6 +113,13 @@ impl Host for LiveHost {
         Turn::new(self.request.route.policies(), Caller::Session)
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.request
+            .route
+            .deadline
+            .or(self.request.gateway.config.deadline)
+    }
+
     async fn attempt(&mut self, candidate: usize, attempt: u32) -> Attempt {
         let Some(chosen) = self.candidate(candidate).cloned() else {
             return Attempted::Ended;

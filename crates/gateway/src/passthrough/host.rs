@@ -115,6 +115,10 @@ impl Host for PassHost {
         Turn::new(policies, Caller::Session)
     }
 
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.route.deadline.or(self.gateway.config.deadline)
+    }
+
     async fn attempt(&mut self, position: usize, attempt: u32) -> Attempt {
         let Some(candidate) = self.route.candidates.get(position).cloned() else {
             return Attempted::Ended;

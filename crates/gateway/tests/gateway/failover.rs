@@ -103,3 +103,71 @@ async fn a_single_candidate_route_keeps_the_interactive_patience() {
     // The interactive preset: 10 retries, 11 attempts.
     assert_eq!(only.attempts("default"), 11);
 }
+
+/// One candidate, `primary`, alone on its route, under `deadline`.
+fn alone_with_deadline(primary: &Chaos, global: &str, route: &str) -> String {
+    let text = two_candidates(primary, primary).replace(
+        r#"candidates = ["primary", "fallback"]"#,
+        &format!("candidates = [\"primary\"]\n{route}"),
+    );
+    format!("{global}\n{text}")
+}
+
+#[tokio::test]
+async fn a_deadline_of_3_s_ends_a_request_stuck_on_a_sole_failing_candidate_at_3_s() {
+    for (global, route) in [("deadline_ms = 3000", ""), ("", "deadline_ms = 3000")] {
+        let only = chaos(PERSISTENT_503).await;
+        let g = gateway(&alone_with_deadline(&only, global, route), &only).await;
+        let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+        assert_eq!(reply.status, 503, "{}", reply.text());
+        // Waits of 1 s and 2 s fit; the next, 4 s, would end after the deadline.
+        let waited = g.time.elapsed();
+        assert!(
+            waited.abs_diff(Duration::from_secs(3)) <= Duration::from_millis(200),
+            "ended after {waited:?}"
+        );
+        assert_eq!(only.attempts("default"), 3);
+        assert_eq!(reply.header("x-should-retry"), "false");
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["rebound"]["reason"], "deadline", "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_deadline_never_lets_a_wait_run_past_it() {
+    // A rate limit's waits (about 2 s, then about 4 s) do not fit twice in 3 s.
+    let only = chaos(PERSISTENT_429).await;
+    let g = gateway(&alone_with_deadline(&only, "deadline_ms = 3000", ""), &only).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
+    assert_eq!(reply.status, 200, "a stream committed by its countdown");
+    assert!(
+        reply.text().contains("\"reason\":\"deadline\""),
+        "{}",
+        reply.text()
+    );
+    assert!(g.time.elapsed() <= Duration::from_secs(3));
+    assert_eq!(only.attempts("default"), 2);
+}
+
+#[test]
+fn a_deadline_is_more_than_0_and_at_most_a_day() {
+    for (text, key) in [
+        ("deadline_ms = 0\n", "deadline_ms"),
+        ("deadline_ms = 90000000\n", "deadline_ms"),
+    ] {
+        let config = format!(
+            "{text}[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"a\"]\n"
+        );
+        let e = rebound_gateway::load("rebound.toml", &config, &Default::default(), &[("X", "y")])
+            .unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key), "{e}");
+        assert!(
+            e.to_string().starts_with("rebound.toml: `deadline_ms`"),
+            "{e}"
+        );
+    }
+    let config = "[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"a\"]\ndeadline_ms = 0\n";
+    let e = rebound_gateway::load("rebound.toml", config, &Default::default(), &[("X", "y")])
+        .unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("route.r.deadline_ms"), "{e}");
+}
