@@ -525,3 +525,23 @@ fn a_deadline_that_has_passed_starts_no_fallback() {
         Action::Fallback { .. }
     ));
 }
+
+#[test]
+fn a_context_overflow_switches_to_the_first_larger_target_ahead_and_never_back() {
+    let overflow = Code::new("context_overflow");
+    let switches = rebound_core::Switches {
+        by_code: vec![(overflow.clone(), vec![1, 2, 0])],
+        windows: vec![Some(128_000), Some(100_000), Some(1_000_000)],
+    };
+    // Position 1 is no larger than 0: skipped; 2 is.
+    assert_eq!(switches.target(&overflow, 0, 3), Some(2));
+    // From the largest, nothing ahead: no switch, and never back to 0.
+    assert_eq!(switches.target(&overflow, 2, 3), None);
+    assert_eq!(switches.target(&Code::new("invalid_request"), 0, 3), None);
+    // Undeclared windows do not block a switch.
+    let undeclared = rebound_core::Switches {
+        by_code: vec![(overflow.clone(), vec![1])],
+        windows: vec![None, None],
+    };
+    assert_eq!(undeclared.target(&overflow, 0, 2), Some(1));
+}

@@ -14,7 +14,7 @@ mod policy;
 mod route;
 
 use policy::{PolicyFile, compile_policy};
-pub use route::{Candidate, Route, Routes, matches_pattern};
+pub use route::{Candidate, Route, Routes, Switch, matches_pattern};
 
 /// The default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
@@ -113,6 +113,9 @@ struct CandidateFile {
     provider: Option<String>,
     #[serde(default)]
     http2: bool,
+    /// The model's context window in tokens, so a switch on context overflow skips
+    /// candidates that are no larger (D6).
+    context_window: Option<u64>,
     #[serde(default)]
     policy: PolicyFile,
 }
@@ -125,6 +128,53 @@ struct RouteFile {
     candidates: Vec<String>,
     /// This route's request deadline, instead of the global one (D6).
     deadline_ms: Option<u64>,
+    /// Per terminal code another model can repair: the candidates to switch to (D6).
+    #[serde(default)]
+    switch: BTreeMap<String, SwitchTargets>,
+}
+
+/// One candidate id, or several in order of preference.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SwitchTargets {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl SwitchTargets {
+    fn ids(&self) -> &[String] {
+        match self {
+            SwitchTargets::One(id) => std::slice::from_ref(id),
+            SwitchTargets::Many(ids) => ids,
+        }
+    }
+}
+
+/// A route's `switch` table, checked: codes another model can repair, targets on the route.
+fn compile_switch(r: &RouteFile) -> Result<Switch, (Option<String>, String)> {
+    let mut switch = Vec::new();
+    for (code, targets) in &r.switch {
+        let key = Some(format!("route.{}.switch.{code}", r.id));
+        if !rebound_core::turn::MODEL_REPAIRABLE.contains(&code.as_str()) {
+            return Err((
+                key,
+                format!(
+                    "`{code}` is not a failure another model can repair; expected {}",
+                    rebound_core::turn::MODEL_REPAIRABLE.join(", ")
+                ),
+            ));
+        }
+        if targets.ids().is_empty() {
+            return Err((key, "names no candidate".into()));
+        }
+        for id in targets.ids() {
+            if !r.candidates.contains(id) {
+                return Err((key, format!("`{id}` is not one of the route's candidates")));
+            }
+        }
+        switch.push((rebound_core::Code::new(code), targets.ids().to_vec()));
+    }
+    Ok(switch)
 }
 
 /// The validated configuration.
@@ -338,6 +388,10 @@ pub fn load_with(
                 Protocol::Anthropic => "anthropic".into(),
             }),
             http2: c.http2 || overrides.upstream_http2,
+            context_window: match c.context_window {
+                Some(0) => return Err(err(at("context_window"), "must be more than 0".into())),
+                window => window,
+            },
             policy: Arc::new(policy),
             policy_set: c.policy.is_set() || parsed.policy.is_set(),
         })
@@ -411,9 +465,11 @@ pub fn load_with(
         let route_deadline = deadline_of(r.deadline_ms, &format!("route.{}.deadline_ms", r.id))
             .map_err(|(key, m)| err(key, m))?
             .or(deadline);
+        let switch = compile_switch(r).map_err(|(key, m)| err(key, m))?;
         routes.push(
             Route::new(r.id.clone(), r.models.clone(), list, route_deadline)
-                .map_err(|message| err(Some(format!("route.{}.id", r.id)), message))?,
+                .map_err(|message| err(Some(format!("route.{}.id", r.id)), message))?
+                .with_switch(switch),
         );
     }
     if routes.is_empty() {

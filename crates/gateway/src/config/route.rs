@@ -27,6 +27,8 @@ pub struct Candidate {
     pub provider: String,
     /// Speak HTTP/2 to it: one connection carries every concurrent request.
     pub http2: bool,
+    /// Its model's context window in tokens, where declared (D6).
+    pub context_window: Option<u64>,
     /// Its per-class policy (D1): the configured one, else the interactive preset.
     pub policy: Arc<Policy>,
     /// Its policy where a fallback follows it on a route: [`Policy::before_fallback`] by
@@ -51,6 +53,7 @@ pub(super) struct Declared {
     pub(super) model: Option<String>,
     pub(super) provider: String,
     pub(super) http2: bool,
+    pub(super) context_window: Option<u64>,
     pub(super) policy: Arc<Policy>,
     /// The configuration set its policy, or every candidate's.
     pub(super) policy_set: bool,
@@ -83,6 +86,7 @@ impl Candidate {
             model,
             provider,
             http2,
+            context_window,
             policy,
             policy_set,
         } = declared;
@@ -149,6 +153,7 @@ impl Candidate {
             model,
             provider,
             http2,
+            context_window,
             policy_before_fallback: if policy_set {
                 Arc::clone(&policy)
             } else {
@@ -221,6 +226,10 @@ impl Candidate {
     }
 }
 
+/// A route's switch table (D6): per terminal code another model can repair, the candidate
+/// ids to switch to, in order of preference.
+pub type Switch = Vec<(rebound_core::Code, Vec<String>)>;
+
 /// A model pattern → ordered candidates.
 #[derive(Clone, Debug)]
 pub struct Route {
@@ -232,6 +241,8 @@ pub struct Route {
     pub candidates: Vec<Arc<Candidate>>,
     /// How long a request may take (D6): its own `deadline_ms`, else the global one.
     pub deadline: Option<std::time::Duration>,
+    /// Per terminal code another model can repair, the candidate ids to switch to (D6).
+    pub switch: Switch,
     id_header: HeaderValue,
 }
 
@@ -250,7 +261,28 @@ impl Route {
             models,
             candidates,
             deadline,
+            switch: Vec::new(),
             id_header,
+        })
+    }
+
+    /// This route with its `switch` table.
+    pub(super) fn with_switch(mut self, switch: Switch) -> Self {
+        self.switch = switch;
+        self
+    }
+
+    /// The switches of this route's candidates as route positions (D6): targets this view
+    /// of the route does not hold are left out.
+    pub fn switches(&self) -> Arc<rebound_core::Switches> {
+        let position = |id: &String| self.candidates.iter().position(|c| &c.id == id);
+        Arc::new(rebound_core::Switches {
+            by_code: self
+                .switch
+                .iter()
+                .map(|(code, ids)| (code.clone(), ids.iter().filter_map(position).collect()))
+                .collect(),
+            windows: self.candidates.iter().map(|c| c.context_window).collect(),
         })
     }
 
@@ -299,6 +331,7 @@ impl Route {
             models: Vec::new(),
             candidates: vec![candidate],
             deadline: None,
+            switch: Vec::new(),
             id_header: HeaderValue::from_static(id),
         }
     }

@@ -394,3 +394,69 @@ fn a_configured_policy_overrides_the_route_defaults() {
         Some(Limit::Count(1))
     );
 }
+
+#[test]
+fn a_switch_names_a_repairable_code_and_a_candidate_of_its_route() {
+    let with = |switch: &str, window: &str| {
+        TWO_OPENAI
+            .replacen(
+                "candidates = [\"a\", \"b\"]",
+                &format!("candidates = [\"a\", \"b\"]\nswitch = {{ {switch} }}"),
+                1,
+            )
+            .replacen(
+                "base_url = \"http://127.0.0.1:2/v1\"",
+                &format!("base_url = \"http://127.0.0.1:2/v1\"\n{window}"),
+                1,
+            )
+    };
+    let c = load_text(&with(
+        "context_overflow = \"b\"",
+        "context_window = 1000000",
+    ))
+    .unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let switches = route.switches();
+    assert_eq!(switches.windows, [None, Some(1_000_000)]);
+    assert_eq!(
+        switches.target(&rebound_core::Code::new("context_overflow"), 0, 2),
+        Some(1)
+    );
+    for (switch, window, key, says) in [
+        (
+            "invalid_request = \"b\"",
+            "",
+            "route.r.switch.invalid_request",
+            "not a failure another model can repair",
+        ),
+        (
+            "content_filter = \"b\"",
+            "",
+            "route.r.switch.content_filter",
+            "not a failure another model can repair",
+        ),
+        (
+            "context_overflow = \"c\"",
+            "",
+            "route.r.switch.context_overflow",
+            "`c` is not one of the route's candidates",
+        ),
+        (
+            "context_overflow = []",
+            "",
+            "route.r.switch.context_overflow",
+            "names no candidate",
+        ),
+        (
+            "context_overflow = \"b\"",
+            "context_window = 0",
+            "candidate.b.context_window",
+            "more than 0",
+        ),
+    ] {
+        let e = load_text(&with(switch, window)).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(e.to_string().starts_with("rebound.toml: "), "{e}");
+    }
+}

@@ -111,6 +111,7 @@ impl Host for LiveHost {
 
     fn new_turn(&self) -> Turn {
         Turn::new(self.request.route.policies(), Caller::Session)
+            .with_switches(self.request.route.switches())
     }
 
     fn deadline(&self) -> Option<std::time::Duration> {

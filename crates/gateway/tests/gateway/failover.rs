@@ -171,3 +171,90 @@ fn a_deadline_is_more_than_0_and_at_most_a_day() {
         .unwrap_err();
     assert_eq!(e.key.as_deref(), Some("route.r.deadline_ms"), "{e}");
 }
+
+/// `two_candidates` with a switch on context overflow to `fallback`, and context windows.
+fn switching(primary: &Chaos, fallback: &Chaos, windows: (u64, u64)) -> String {
+    two_candidates(primary, fallback)
+        .replacen(
+            "api_key_env = \"CANARY_KEY\"",
+            &format!("api_key_env = \"CANARY_KEY\"\ncontext_window = {}", windows.0),
+            1,
+        )
+        .replace(
+            "id = \"fallback\"\nprotocol = \"openai\"",
+            &format!(
+                "id = \"fallback\"\nprotocol = \"openai\"\ncontext_window = {}",
+                windows.1
+            ),
+        )
+        .replace(
+            r#"candidates = ["primary", "fallback"]"#,
+            "candidates = [\"primary\", \"fallback\"]\nswitch = { context_overflow = \"fallback\" }",
+        )
+}
+
+#[tokio::test]
+async fn a_context_overflow_moves_to_the_declared_larger_candidate_after_one_attempt() {
+    // Twice the primary's failure, so a retry of it would show.
+    let primary = chaos("context, context").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(
+        &switching(&primary, &fallback, (128_000, 1_000_000)),
+        &primary,
+    )
+    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    assert_eq!(primary.attempts("default"), 1);
+    assert_eq!(fallback.attempts("default"), 1);
+    assert_eq!(
+        g.time.elapsed(),
+        Duration::ZERO,
+        "a switch waits for nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_context_overflow_stays_terminal_without_a_larger_candidate_or_a_switch() {
+    // The declared candidate is no larger: the overflow is the answer.
+    let primary = chaos("context").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(
+        &switching(&primary, &fallback, (200_000, 128_000)),
+        &primary,
+    )
+    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 0)
+    );
+    // No switch configured: the default short pipeline does not skip a terminal failure.
+    let primary = chaos("context").await;
+    let g = gateway(&two_candidates(&primary, &fallback), &primary).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_request_is_never_switched() {
+    let primary = chaos("400").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(
+        &switching(&primary, &fallback, (128_000, 1_000_000)),
+        &primary,
+    )
+    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 0)
+    );
+}
