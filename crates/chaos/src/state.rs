@@ -156,3 +156,41 @@ fn random_step(seed: u64, key: &str, attempt: u64, rate: f64) -> Step {
         _ => Step::MalformedAfter(1),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(script: &str) -> State {
+        let mut scripts = HashMap::new();
+        scripts.insert(
+            "k".to_owned(),
+            crate::script::parse_script(script).expect("a script"),
+        );
+        State {
+            counters: Mutex::new(Counters {
+                scripts,
+                ..Counters::default()
+            }),
+            config: ChaosConfig::default(),
+            connections: std::sync::atomic::AtomicU64::new(0),
+            requests: Mutex::new(Vec::new()),
+            responses: ResponseStore::default(),
+            reply: Mutex::new(Modifiers::default()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_resets_every_request_in_it_then_the_script_goes_on() {
+        let state = state("down:5000, 502");
+        for attempt in 1..=3 {
+            assert_eq!(state.next_step("k"), (Step::Reset, attempt));
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        // 6 s after the outage began: the step after it, then the script's end.
+        let (step, attempt) = state.next_step("k");
+        assert!(matches!(step, Step::Status { status: 502, .. }), "{step}");
+        assert_eq!(attempt, 4);
+        assert_eq!(state.next_step("k"), (Step::Ok, 5));
+    }
+}
