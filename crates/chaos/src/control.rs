@@ -34,6 +34,7 @@ pub(crate) fn answer(
         (&Method::POST, "/chaos/reset") => {
             let mut counters = lock();
             counters.attempts.clear();
+            counters.outages.clear();
             counters.scripts = state.config.scripts.clone();
             state
                 .requests
@@ -93,7 +94,7 @@ fn set_scripts(state: &State, body: &[u8]) -> Response<Body> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for (key, steps) in parsed {
-        counters.attempts.remove(&key);
+        counters.restart(&key);
         counters.scripts.insert(key, steps);
     }
     json_response(StatusCode::OK, &json!({"scripts": counters.scripts.len()}))

@@ -32,6 +32,10 @@ pub enum Step {
     Reset,
     /// Wait this long before the response headers.
     Stall(Duration),
+    /// An outage: this request and every request of its key that arrives within this long
+    /// after it are reset before any response byte; the script goes on after the outage as
+    /// if they had not come: `down:MS`.
+    Down(Duration),
     /// Stream this many content chunks, then cut the connection.
     CutAfter(usize),
     /// Stream this many content chunks, then go quiet for this long.
@@ -41,6 +45,13 @@ pub enum Step {
     ErrorAfter(usize, String),
     /// Stream this many content chunks, then bytes that are not SSE.
     MalformedAfter(usize),
+    /// Stream this many content chunks, then one event whose data is not JSON, then the rest
+    /// of the stream as usual: `malformed-event-at-N`.
+    MalformedEventAt(usize),
+    /// A whole stream whose body closes cleanly without its `data: [DONE]` line (Chat
+    /// Completions; the other APIs' streams end with their own final events, sent as usual):
+    /// `no-done`.
+    NoDone,
     /// Responses API: stream this many content chunks, then a bare `error` event (instead of
     /// `response.failed`) with this code. The other APIs treat it as [`Step::ErrorAfter`].
     ErrorEventAfter(usize, String),
@@ -204,10 +215,14 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         "reset" => return Ok(Step::Reset),
         "stall" => return Ok(Step::Stall(DEFAULT_STALL)),
         "thinking-only" => return Ok(Step::ThinkingOnly),
+        "no-done" => return Ok(Step::NoDone),
         _ => {}
     }
     if let Some(ms) = step.strip_prefix("stall:") {
         return parse_ms(ms).map(Step::Stall);
+    }
+    if let Some(ms) = step.strip_prefix("down:") {
+        return parse_ms(ms).map(Step::Down);
     }
     if let Some(rest) = step.strip_prefix("cut-after-") {
         return parse_count(rest).map(Step::CutAfter);
@@ -229,8 +244,11 @@ fn parse_reply(step: &str) -> Result<Step, String> {
     if let Some(rest) = step.strip_prefix("malformed-after-") {
         return parse_count(rest).map(Step::MalformedAfter);
     }
+    if let Some(rest) = step.strip_prefix("malformed-event-at-") {
+        return parse_count(rest).map(Step::MalformedEventAt);
+    }
     Err(
-        "expected ok, reset, stall[:MS], a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N or thinking-only"
+        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done or thinking-only"
             .to_owned(),
     )
 }
@@ -297,10 +315,13 @@ impl fmt::Display for Step {
             }
             Step::Reset => f.write_str("reset"),
             Step::Stall(d) => write!(f, "stall:{}", d.as_millis()),
+            Step::Down(d) => write!(f, "down:{}", d.as_millis()),
             Step::CutAfter(n) => write!(f, "cut-after-{n}-chunks"),
             Step::StallAfter(n, d) => write!(f, "stall-after-{n}:{}", d.as_millis()),
             Step::ErrorAfter(n, kind) => write!(f, "error-after-{n}:{kind}"),
             Step::MalformedAfter(n) => write!(f, "malformed-after-{n}"),
+            Step::MalformedEventAt(n) => write!(f, "malformed-event-at-{n}"),
+            Step::NoDone => f.write_str("no-done"),
             Step::ErrorEventAfter(n, kind) => write!(f, "error-event-after-{n}:{kind}"),
             Step::ThinkingOnly => f.write_str("thinking-only"),
             Step::With(step, modifiers) => {
@@ -375,6 +396,16 @@ mod tests {
             Ok(Step::ErrorAfter(3, "server_error".into()))
         );
         assert_eq!(parse_step("malformed-after-1"), Ok(Step::MalformedAfter(1)));
+        assert_eq!(
+            parse_step("malformed-event-at-2"),
+            Ok(Step::MalformedEventAt(2))
+        );
+        assert_eq!(parse_step("no-done"), Ok(Step::NoDone));
+        assert_eq!(
+            parse_step("down:5000"),
+            Ok(Step::Down(Duration::from_secs(5)))
+        );
+        assert_eq!(Step::Down(Duration::from_secs(5)).to_string(), "down:5000");
         assert!(matches!(
             parse_step("context"),
             Ok(Step::Status {

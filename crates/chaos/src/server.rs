@@ -153,7 +153,7 @@ impl Chaos {
             .counters
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        counters.attempts.remove(key);
+        counters.restart(key);
         counters.scripts.insert(key.to_owned(), steps);
     }
 

@@ -30,6 +30,24 @@ pub struct ChaosConfig {
 pub(crate) struct Counters {
     pub(crate) attempts: HashMap<String, u64>,
     pub(crate) scripts: HashMap<String, Vec<Step>>,
+    /// The outage a `down:MS` step began, by key.
+    pub(crate) outages: HashMap<String, Outage>,
+}
+
+/// A key's outage: until when its requests are reset, and how many requests outages have
+/// taken from its script's count so far.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Outage {
+    until: tokio::time::Instant,
+    absorbed: u64,
+}
+
+impl Counters {
+    /// Forgets a key's attempts and outage: its script starts over.
+    pub(crate) fn restart(&mut self, key: &str) {
+        self.attempts.remove(key);
+        self.outages.remove(key);
+    }
 }
 
 pub(crate) struct State {
@@ -55,8 +73,32 @@ impl State {
             *n
         };
         if let Some(script) = counters.scripts.get(key) {
-            let index = usize::try_from(attempt - 1).unwrap_or(usize::MAX);
-            return (script.get(index).cloned().unwrap_or(Step::Ok), attempt);
+            let now = tokio::time::Instant::now();
+            let outage = counters.outages.get(key).copied();
+            if let Some(outage) = outage.filter(|o| now < o.until) {
+                counters.outages.insert(
+                    key.to_owned(),
+                    Outage {
+                        absorbed: outage.absorbed + 1,
+                        ..outage
+                    },
+                );
+                return (Step::Reset, attempt);
+            }
+            let absorbed = outage.map_or(0, |o| o.absorbed);
+            let index = usize::try_from(attempt - 1 - absorbed).unwrap_or(usize::MAX);
+            let step = script.get(index).cloned().unwrap_or(Step::Ok);
+            if let Step::Down(length) = step {
+                counters.outages.insert(
+                    key.to_owned(),
+                    Outage {
+                        until: now + length,
+                        absorbed,
+                    },
+                );
+                return (Step::Reset, attempt);
+            }
+            return (step, attempt);
         }
         let step = match self.config.seed {
             Some(seed) => random_step(seed, key, attempt, self.config.fault_rate),
@@ -112,5 +154,43 @@ fn random_step(seed: u64, key: &str, attempt: u64, rate: f64) -> Step {
         6 => Step::CutAfter(1 + ((x >> 24) % 3) as usize),
         7 => Step::ErrorAfter(((x >> 24) % 2) as usize, "overloaded_error".into()),
         _ => Step::MalformedAfter(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(script: &str) -> State {
+        let mut scripts = HashMap::new();
+        scripts.insert(
+            "k".to_owned(),
+            crate::script::parse_script(script).expect("a script"),
+        );
+        State {
+            counters: Mutex::new(Counters {
+                scripts,
+                ..Counters::default()
+            }),
+            config: ChaosConfig::default(),
+            connections: std::sync::atomic::AtomicU64::new(0),
+            requests: Mutex::new(Vec::new()),
+            responses: ResponseStore::default(),
+            reply: Mutex::new(Modifiers::default()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_resets_every_request_in_it_then_the_script_goes_on() {
+        let state = state("down:5000, 502");
+        for attempt in 1..=3 {
+            assert_eq!(state.next_step("k"), (Step::Reset, attempt));
+            tokio::time::advance(Duration::from_secs(2)).await;
+        }
+        // 6 s after the outage began: the step after it, then the script's end.
+        let (step, attempt) = state.next_step("k");
+        assert!(matches!(step, Step::Status { status: 502, .. }), "{step}");
+        assert_eq!(attempt, 4);
+        assert_eq!(state.next_step("k"), (Step::Ok, 5));
     }
 }

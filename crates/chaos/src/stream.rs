@@ -111,6 +111,13 @@ pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
     full(status, "application/json", value.to_string())
 }
 
+/// Chat Completions' last line.
+const DONE: &str = "data: [DONE]\n\n";
+
+/// A whole SSE event whose data breaks off mid-JSON: what `malformed-event-at-N` sends, and
+/// `malformed-after-N` before its bytes that are not SSE.
+pub const MALFORMED_EVENT: &str = "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\n";
+
 type Sender = mpsc::Sender<Result<Frame<Bytes>, std::io::Error>>;
 
 /// A whole answer broken by a stream fault: `cut-after-N` sends half the body and cuts the
@@ -173,6 +180,9 @@ pub fn streamed(
             if i == cut_at {
                 break;
             }
+            if fault == Some(Step::MalformedEventAt(i)) && !send(MALFORMED_EVENT.to_owned()).await {
+                return;
+            }
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
@@ -196,17 +206,16 @@ pub fn streamed(
                 return;
             }
             Some(Step::MalformedAfter(_)) => {
-                let _ = send(
-                    "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\nnot sse at all\n\n"
-                        .to_owned(),
-                )
-                .await;
+                let _ = send(format!("{MALFORMED_EVENT}not sse at all\n\n")).await;
                 abort(&tx, std::io::ErrorKind::InvalidData, "chaos: malformed").await;
                 return;
             }
             _ => {}
         }
         for frame in frames.end {
+            if fault == Some(Step::NoDone) && frame == DONE {
+                continue;
+            }
             if !send(frame).await {
                 return;
             }

@@ -84,4 +84,4 @@ pub use evidence::{Evidence, Headers, Phase, TransportKind};
 pub use hint::{Hint, HintSource};
 pub use policy::{Caller, ClassPolicy, Exhausted, Limit, Policy, ResetWait, RetryPolicy};
 pub use status::{Diagnostics, RetryStatus, StopReason, WaitKind};
-pub use turn::{Action, Failure, Safety, Turn, TurnSnapshot, Wait};
+pub use turn::{Action, Failure, Safety, Switches, Turn, TurnSnapshot, Wait};

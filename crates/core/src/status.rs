@@ -108,6 +108,9 @@ pub enum StopReason {
     Unclassified,
     /// A replay could duplicate an effect (D4).
     Unsafe,
+    /// The request's deadline leaves no time for the next attempt (D6): the wait before it
+    /// would end after the deadline, or the deadline has passed.
+    Deadline,
     /// The provider said `x-should-retry: false` (C5).
     RetryForbidden,
 }
@@ -122,6 +125,7 @@ impl StopReason {
             StopReason::Unclassified => "unclassified",
             StopReason::Unsafe => "unsafe",
             StopReason::RetryForbidden => "retry_forbidden",
+            StopReason::Deadline => "deadline",
         }
     }
 }

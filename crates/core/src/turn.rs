@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::backoff::Jitter;
-use crate::classification::{Class, Classification, Verdict};
+use crate::classification::{Class, Classification, Code, Verdict};
 use crate::evidence::Evidence;
 pub use crate::policy::Caller;
 use crate::policy::{Exhausted, Limit, Policy};
@@ -108,6 +108,40 @@ pub struct TurnSnapshot {
     pub waited_ms: u64,
 }
 
+/// The codes of `terminal` failures that another model can repair (D6): a prompt too long
+/// for one model's context may fit another's. Repetition repairs none of them, and no model
+/// repairs a malformed request or a content filter's refusal.
+pub const MODEL_REPAIRABLE: &[&str] = &["context_overflow"];
+
+/// Where a `terminal` failure that another model can repair switches at once (D6).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    /// By code (one of [`MODEL_REPAIRABLE`]): the route positions to switch to, in order
+    /// of preference.
+    pub by_code: Vec<(Code, Vec<usize>)>,
+    /// Each route position's context window in tokens, where declared.
+    pub windows: Vec<Option<u64>>,
+}
+
+impl Switches {
+    /// The position a failure of `code` at position `from` switches to: the first target
+    /// after `from` on the route whose context window is larger, or undeclared on either
+    /// side. Never `from` itself, never backwards, so a request switches at most once per
+    /// candidate.
+    pub fn target(&self, code: &Code, from: usize, route_len: usize) -> Option<usize> {
+        let (_, targets) = self.by_code.iter().find(|(c, _)| c == code)?;
+        let window = |at: usize| self.windows.get(at).copied().flatten();
+        targets.iter().copied().find(|&to| {
+            to > from
+                && to < route_len
+                && match (window(to), window(from)) {
+                    (Some(to), Some(from)) => to > from,
+                    _ => true,
+                }
+        })
+    }
+}
+
 /// The recovery state of one logical turn.
 #[derive(Clone, Debug)]
 pub struct Turn {
@@ -117,6 +151,10 @@ pub struct Turn {
     counters: Counters,
     attempts: u32,
     waited: Duration,
+    /// No attempt starts after it (D6).
+    deadline: Option<SystemTime>,
+    /// Where a terminal failure another model can repair goes (D6).
+    switches: Option<Arc<Switches>>,
 }
 
 impl Turn {
@@ -135,7 +173,23 @@ impl Turn {
             counters: Counters::default(),
             attempts: 1,
             waited: Duration::ZERO,
+            deadline: None,
+            switches: None,
         }
+    }
+
+    /// This turn with `switches` for terminal failures that another model can repair (D6).
+    pub fn with_switches(mut self, switches: Arc<Switches>) -> Self {
+        self.switches = Some(switches);
+        self
+    }
+
+    /// Sets the current request's deadline (D6), or lifts it: after it no attempt starts,
+    /// whatever budgets remain, so a wait that would end later is not begun and the turn
+    /// stops with the failure in hand. A deadline belongs to a request, not to the turn's
+    /// counters: it is not persisted.
+    pub fn set_deadline(&mut self, deadline: Option<SystemTime>) {
+        self.deadline = deadline;
     }
 
     /// A turn with one candidate.
@@ -227,7 +281,27 @@ impl Turn {
             return self.stop(StopReason::Unsafe, failure, Some(class));
         }
         let Some(slot) = slot(class) else {
-            return self.stop(StopReason::Terminal, failure, Some(class));
+            // A code another model can repair switches at once to the candidate named for
+            // it (D6); it is never retried where it failed.
+            let target = classification.code.as_ref().and_then(|code| {
+                let switches = self.switches.as_ref()?;
+                switches.target(code, self.candidate, self.route.len())
+            });
+            return match target {
+                Some(_) if self.past_deadline(now) => {
+                    self.stop(StopReason::Deadline, failure, Some(class))
+                }
+                Some(next) => {
+                    self.candidate = next;
+                    self.counters = Counters::default();
+                    self.attempts += 1;
+                    Action::Fallback {
+                        candidate: next,
+                        class,
+                    }
+                }
+                None => self.stop(StopReason::Terminal, failure, Some(class)),
+            };
         };
         let policy = Arc::clone(&self.route[self.candidate]);
         let Some(class_policy) = policy.for_class(class) else {
@@ -241,6 +315,9 @@ impl Turn {
                 && hint <= reset.max
                 && !self.counters.reset_waited[slot]
             {
+                if self.past_deadline(now + hint) {
+                    return self.stop(StopReason::Deadline, failure, Some(class));
+                }
                 self.counters.reset_waited[slot] = true;
                 let limit = class_policy
                     .limit_for(self.caller)
@@ -262,8 +339,11 @@ impl Turn {
             {
                 let next = self.counters.retries[slot].saturating_add(1);
                 if limit.allows(next) {
-                    self.counters.retries[slot] = next;
                     let delay = retry.delay(next, hint, draw);
+                    if self.past_deadline(now + delay) {
+                        return self.stop(StopReason::Deadline, failure, Some(class));
+                    }
+                    self.counters.retries[slot] = next;
                     let kind = if hint.is_some() {
                         WaitKind::Hint
                     } else {
@@ -276,6 +356,9 @@ impl Turn {
 
         // Step 3: the exhausted outcome.
         match class_policy.exhausted {
+            Exhausted::Skip if self.candidate + 1 < self.route.len() && self.past_deadline(now) => {
+                self.stop(StopReason::Deadline, failure, Some(class))
+            }
             Exhausted::Skip if self.candidate + 1 < self.route.len() => {
                 self.candidate += 1;
                 self.counters = Counters::default();
@@ -323,6 +406,11 @@ impl Turn {
             kind,
             status,
         })
+    }
+
+    /// True when an attempt starting at `at` would start after the deadline.
+    fn past_deadline(&self, at: SystemTime) -> bool {
+        self.deadline.is_some_and(|deadline| at > deadline)
     }
 
     fn stop(&self, reason: StopReason, failure: Failure<'_>, class: Option<Class>) -> Action {

@@ -113,6 +113,7 @@ pub(crate) async fn read_stream(
         status,
         phase: Phase::Setup,
         delivered: false,
+        finished: false,
         response: ModelResponse {
             message_id: message_id.to_owned(),
             ..ModelResponse::default()
@@ -130,6 +131,9 @@ pub(crate) async fn read_stream(
                 let message = format!("no stream event for {} s", idle.as_secs_f64());
                 return stream.broken(TransportKind::IdleTimeout, message);
             }
+            // A Chat Completions choice that said why it finished, then a clean close: complete,
+            // `[DONE]` or not, as for a client connected directly.
+            Ok(None) if stream.finished => return stream.done(),
             Ok(None) => {
                 let message = "the stream ended before its final event".to_owned();
                 return stream.broken(TransportKind::Truncated, message);
@@ -160,6 +164,8 @@ struct Stream<'a> {
     status: StatusCode,
     phase: Phase,
     delivered: bool,
+    /// A Chat Completions choice said why it finished.
+    finished: bool,
     response: ModelResponse,
 }
 
@@ -208,7 +214,10 @@ impl Stream<'_> {
                     .arguments
                     .push_str(&fragment);
             }
-            StreamItem::Stop(reason) => self.response.stop_reason = Some(reason),
+            StreamItem::Stop(reason) => {
+                self.finished = self.provider.api == crate::provider::Api::ChatCompletions;
+                self.response.stop_reason = Some(reason);
+            }
             StreamItem::Error { kind, .. } => {
                 return Some(Read::Failed {
                     evidence: Evidence {
@@ -222,34 +231,35 @@ impl Stream<'_> {
                     delivered: self.delivered,
                 });
             }
-            StreamItem::Malformed => {
-                let message = "an SSE event's data is not the protocol's JSON".to_owned();
-                return Some(self.broken(TransportKind::BodyDecode, message));
-            }
-            StreamItem::Done => {
-                // Argument fragments of a block that is no tool call of the caller's (an
-                // Anthropic server tool's input) and the Responses API's output positions
-                // of other items leave calls without a name.
-                self.response
-                    .tool_calls
-                    .retain(|call| !call.name.is_empty());
-                if self.response.is_empty() {
-                    return Some(Read::Failed {
-                        evidence: Evidence {
-                            provider: Some(self.provider.name.clone()),
-                            status: Some(self.status.as_u16()),
-                            body: Some(String::new()),
-                            phase: self.phase,
-                            ..Evidence::default()
-                        },
-                        delivered: self.delivered,
-                    });
-                }
-                return Some(Read::Response(std::mem::take(&mut self.response)));
-            }
-            StreamItem::Preamble | StreamItem::Opaque => {}
+            StreamItem::Done => return Some(self.done()),
+            // An event rebound cannot read does not end a stream a direct connection would
+            // go on reading.
+            StreamItem::Preamble | StreamItem::Opaque | StreamItem::Malformed => {}
         }
         None
+    }
+
+    /// The stream is complete: its response, or an empty answer's evidence.
+    fn done(&mut self) -> Read {
+        // Argument fragments of a block that is no tool call of the caller's (an
+        // Anthropic server tool's input) and the Responses API's output positions
+        // of other items leave calls without a name.
+        self.response
+            .tool_calls
+            .retain(|call| !call.name.is_empty());
+        if self.response.is_empty() {
+            return Read::Failed {
+                evidence: Evidence {
+                    provider: Some(self.provider.name.clone()),
+                    status: Some(self.status.as_u16()),
+                    body: Some(String::new()),
+                    phase: self.phase,
+                    ..Evidence::default()
+                },
+                delivered: self.delivered,
+            };
+        }
+        Read::Response(std::mem::take(&mut self.response))
     }
 }
 

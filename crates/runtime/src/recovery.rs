@@ -179,6 +179,13 @@ pub trait Host {
     /// succeed at once and never need one).
     fn new_turn(&self) -> Turn;
 
+    /// How long the request may take from the start of [`recover`] (D6): no attempt starts
+    /// after it, and the one terminal error answers instead, whatever budgets remain. `None`
+    /// (the default): budgets alone bound it. Durable jobs keep their own deadlines.
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
+
     /// Before each attempt: a host whose state lives elsewhere (a durable job) reloads it into
     /// `turn` and records the attempt as possibly sent (P1). Live hosts have nothing to do.
     async fn prepare(&mut self, turn: &mut Option<Turn>) -> Flow {
@@ -242,6 +249,8 @@ pub async fn recover<H: Host>(
     turn: &mut Option<Turn>,
 ) -> Ending<H::Success, H::Stopped> {
     let mut recovered_from: Option<&'static str> = None;
+    // Measured on the engine's clock, so virtual time decides it as it decides waits.
+    let deadline = host.deadline().map(|budget| engine.clock().now() + budget);
     loop {
         if Box::pin(host.prepare(turn)).await == Flow::End {
             host.report(Report::Ended);
@@ -267,6 +276,7 @@ pub async fn recover<H: Host>(
             Attempted::Failed(failed) => failed,
         };
         let turn = turn.get_or_insert_with(|| host.new_turn());
+        turn.set_deadline(deadline);
         // Boxed: a failure's evidence and decision stay off the task of a request that never
         // fails, and of a long stream while it streams.
         match Box::pin(after_failure(

@@ -297,12 +297,14 @@ fn an_echoed_key_of_unknown_shape_is_in_no_log_line_and_the_banner_says_where_ke
         "default=401+echo-key",
     ]);
     let dir = std::env::temp_dir().join(format!("rebound-serve-echo-{}", std::process::id()));
+    // The bad key ends the request at its candidate (a fallback would answer instead), so the
+    // client sees the upstream's echo.
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("rebound.toml");
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ngateway_key_envs = [\"REBOUND_TEST_GW\"]\n[[candidate]]\nid = \"azure\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"REBOUND_TEST_AZURE_KEY\"\n[[candidate]]\nid = \"keyless\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"azure\", \"keyless\"]\n"
+            "listen = \"127.0.0.1:0\"\ngateway_key_envs = [\"REBOUND_TEST_GW\"]\n[[candidate]]\nid = \"azure\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\napi_key_env = \"REBOUND_TEST_AZURE_KEY\"\npolicy = {{ hard = {{ exhausted = \"stop\" }} }}\n[[candidate]]\nid = \"keyless\"\nprotocol = \"openai\"\nbase_url = \"http://{upstream}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"azure\", \"keyless\"]\n"
         ),
     )
     .unwrap();

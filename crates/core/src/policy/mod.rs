@@ -1,7 +1,8 @@
 //! The per-class recovery pipeline (D1): reset wait → same-candidate retry → exhausted outcome.
 //!
 //! One [`Policy`] holds a [`ClassPolicy`] for each class that can be acted on. The interactive
-//! defaults of T3, T4 and B1 are [`Policy::interactive`]; a new dynamic candidate is
+//! defaults of T3, T4 and B1 are [`Policy::interactive`]; a configured candidate with a
+//! fallback after it defaults to [`Policy::before_fallback`], and a new dynamic candidate to
 //! [`Policy::immediate_skip`] (D3). Durable jobs build their own from policy documents; the
 //! evaluator in [`crate::turn`] runs them all the same way.
 //!
@@ -17,6 +18,9 @@ pub mod document;
 
 /// The default retry budget of each retrying class: 10 retries, 11 attempts (B1).
 pub const DEFAULT_RETRIES: u32 = 10;
+
+/// The retries of a class on a candidate that has a fallback after it, by default (D3).
+pub const FALLBACK_RETRIES: u32 = 2;
 
 /// How many retries a class may spend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -195,6 +199,27 @@ impl Policy {
         }
     }
 
+    /// The default of a configured candidate that has a fallback after it on its route (D3):
+    /// each retrying class retries at most [`FALLBACK_RETRIES`] times on the interactive
+    /// schedule, a server hint honoured up to the class cap, then skips to the next candidate;
+    /// `hard` skips at once. A configured fallback is used before the client is made to wait,
+    /// with at most three attempts on the candidate before it.
+    pub fn before_fallback() -> Self {
+        let interactive = Policy::interactive();
+        let short = |class: ClassPolicy| ClassPolicy {
+            reset_wait: None,
+            retry: class
+                .retry
+                .map(|retry| RetryPolicy::new(Limit::Count(FALLBACK_RETRIES), retry.backoff)),
+            exhausted: Exhausted::Skip,
+        };
+        Policy {
+            rate_limit: short(interactive.rate_limit),
+            transient: short(interactive.transient),
+            hard: ClassPolicy::immediate(Exhausted::Skip),
+        }
+    }
+
     /// What a new dynamic candidate gets (D3): skip at once for every class, no hidden waits.
     pub fn immediate_skip() -> Self {
         Policy {
@@ -254,6 +279,46 @@ impl Default for Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn before_a_fallback_each_class_retries_twice_at_most_then_skips() {
+        let p = Policy::before_fallback();
+        for class in [p.rate_limit, p.transient] {
+            assert_eq!(class.exhausted, Exhausted::Skip);
+            assert_eq!(class.reset_wait, None);
+            assert_eq!(class.limit_for(Caller::Session), Some(Limit::Count(2)));
+            let hint = Some(Duration::from_secs(3));
+            assert!(
+                class
+                    .retry_delay(Caller::Session, 2, hint, Jitter::NONE)
+                    .is_some()
+            );
+            assert_eq!(
+                class.retry_delay(Caller::Session, 3, hint, Jitter::NONE),
+                None
+            );
+        }
+        // The hint is honoured within the class cap.
+        assert_eq!(
+            p.rate_limit.retry_delay(
+                Caller::Session,
+                1,
+                Some(Duration::from_secs(3)),
+                Jitter::NONE
+            ),
+            Some(Duration::from_secs(3))
+        );
+        assert_eq!(
+            p.transient.retry_delay(
+                Caller::Session,
+                1,
+                Some(Duration::from_secs(60)),
+                Jitter::NONE
+            ),
+            Some(Duration::from_secs(8))
+        );
+        assert_eq!(p.hard, ClassPolicy::immediate(Exhausted::Skip));
+    }
 
     #[test]
     fn interactive_rate_limit_delays_match_the_contract() {

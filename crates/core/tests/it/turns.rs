@@ -482,3 +482,66 @@ fn a_snapshot_restores_the_same_decisions() {
     );
     assert_eq!(restored.snapshot(), turn.snapshot());
 }
+
+#[test]
+fn a_deadline_stops_before_a_wait_that_would_end_after_it_whatever_the_budget() {
+    let mut turn = session();
+    let start = now();
+    turn.set_deadline(Some(start + Duration::from_secs(3)));
+    // 502s: 1 s, then 2 s (ending exactly at the deadline: that attempt may start).
+    let mut clock = start;
+    for expected in [1, 2] {
+        let delay = waited(&fail(&mut turn, &e502(), clock, 0.0));
+        assert_eq!(delay, Duration::from_secs(expected));
+        clock += delay;
+    }
+    // The next wait (4 s) would end after the deadline: stop now, budget left or not.
+    let diagnostics = stopped(fail(&mut turn, &e502(), clock, 0.0));
+    assert_eq!(diagnostics.reason, StopReason::Deadline);
+    assert_eq!(diagnostics.reason.as_str(), "deadline");
+    assert_eq!(diagnostics.attempts, 3);
+    // Lifted, the same turn retries on.
+    turn.set_deadline(None);
+    waited(&fail(&mut turn, &e502(), clock, 0.0));
+}
+
+#[test]
+fn a_deadline_that_has_passed_starts_no_fallback() {
+    let route = vec![
+        Arc::new(Policy::immediate_skip()),
+        Arc::new(Policy::interactive()),
+    ];
+    let mut turn = Turn::new(route.clone(), Caller::Session);
+    turn.set_deadline(Some(now()));
+    let late = now() + Duration::from_millis(1);
+    assert_eq!(
+        stopped(fail(&mut turn, &e502(), late, 0.0)).reason,
+        StopReason::Deadline
+    );
+    let mut turn = Turn::new(route, Caller::Session);
+    turn.set_deadline(Some(now()));
+    assert!(matches!(
+        fail(&mut turn, &e502(), now(), 0.0),
+        Action::Fallback { .. }
+    ));
+}
+
+#[test]
+fn a_context_overflow_switches_to_the_first_larger_target_ahead_and_never_back() {
+    let overflow = Code::new("context_overflow");
+    let switches = rebound_core::Switches {
+        by_code: vec![(overflow.clone(), vec![1, 2, 0])],
+        windows: vec![Some(128_000), Some(100_000), Some(1_000_000)],
+    };
+    // Position 1 is no larger than 0: skipped; 2 is.
+    assert_eq!(switches.target(&overflow, 0, 3), Some(2));
+    // From the largest, nothing ahead: no switch, and never back to 0.
+    assert_eq!(switches.target(&overflow, 2, 3), None);
+    assert_eq!(switches.target(&Code::new("invalid_request"), 0, 3), None);
+    // Undeclared windows do not block a switch.
+    let undeclared = rebound_core::Switches {
+        by_code: vec![(overflow.clone(), vec![1])],
+        windows: vec![None, None],
+    };
+    assert_eq!(undeclared.target(&overflow, 0, 2), Some(1));
+}

@@ -18,7 +18,7 @@ mod route;
 pub use backlog::DEFAULT_LISTEN_BACKLOG;
 pub use keys::CLIENT_CREDENTIAL_HEADERS;
 use policy::{PolicyFile, compile_policy};
-pub use route::{Candidate, Route, Routes, matches_pattern};
+pub use route::{Candidate, Route, Routes, Switch, matches_pattern};
 
 /// The default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
@@ -47,6 +47,23 @@ id = "default"
 models = ["*"]
 candidates = ["openai", "anthropic"]
 "#;
+
+/// A `deadline_ms` value at `key`: more than 0, and at most a day (a longer wait is a job's).
+fn deadline_of(
+    ms: Option<u64>,
+    key: &str,
+) -> Result<Option<std::time::Duration>, (Option<String>, String)> {
+    const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+    match ms {
+        None => Ok(None),
+        Some(0) => Err((Some(key.to_owned()), "must be more than 0".into())),
+        Some(ms) if ms > DAY_MS => Err((
+            Some(key.to_owned()),
+            format!("{ms} ms is more than a day: a wait that long is a durable job's"),
+        )),
+        Some(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
+    }
+}
 
 /// A configuration that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -82,6 +99,8 @@ struct ConfigFile {
     store_path: Option<String>,
     header_read_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
+    /// The default request deadline of every route (D6).
+    deadline_ms: Option<u64>,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -101,6 +120,9 @@ struct CandidateFile {
     provider: Option<String>,
     #[serde(default)]
     http2: bool,
+    /// The model's context window in tokens, so a switch on context overflow skips
+    /// candidates that are no larger (D6).
+    context_window: Option<u64>,
     #[serde(default)]
     policy: PolicyFile,
 }
@@ -111,6 +133,55 @@ struct RouteFile {
     id: String,
     models: Vec<String>,
     candidates: Vec<String>,
+    /// This route's request deadline, instead of the global one (D6).
+    deadline_ms: Option<u64>,
+    /// Per terminal code another model can repair: the candidates to switch to (D6).
+    #[serde(default)]
+    switch: BTreeMap<String, SwitchTargets>,
+}
+
+/// One candidate id, or several in order of preference.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum SwitchTargets {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl SwitchTargets {
+    fn ids(&self) -> &[String] {
+        match self {
+            SwitchTargets::One(id) => std::slice::from_ref(id),
+            SwitchTargets::Many(ids) => ids,
+        }
+    }
+}
+
+/// A route's `switch` table, checked: codes another model can repair, targets on the route.
+fn compile_switch(r: &RouteFile) -> Result<Switch, (Option<String>, String)> {
+    let mut switch = Vec::new();
+    for (code, targets) in &r.switch {
+        let key = Some(format!("route.{}.switch.{code}", r.id));
+        if !rebound_core::turn::MODEL_REPAIRABLE.contains(&code.as_str()) {
+            return Err((
+                key,
+                format!(
+                    "`{code}` is not a failure another model can repair; expected {}",
+                    rebound_core::turn::MODEL_REPAIRABLE.join(", ")
+                ),
+            ));
+        }
+        if targets.ids().is_empty() {
+            return Err((key, "names no candidate".into()));
+        }
+        for id in targets.ids() {
+            if !r.candidates.contains(id) {
+                return Err((key, format!("`{id}` is not one of the route's candidates")));
+            }
+        }
+        switch.push((rebound_core::Code::new(code), targets.ids().to_vec()));
+    }
+    Ok(switch)
 }
 
 /// The validated configuration.
@@ -129,6 +200,9 @@ pub struct Config {
     pub body_limit: usize,
     /// Routes, in order.
     pub routes: Routes,
+    /// The request deadline of a route that sets none, and of a request that has no route
+    /// of the configuration's (a stored response, a pass-through): `deadline_ms` (D6).
+    pub deadline: Option<std::time::Duration>,
     /// The durable jobs database.
     pub store_path: std::path::PathBuf,
     /// How long a client may take to send a request head.
@@ -316,7 +390,12 @@ pub fn load_with(
                 Protocol::Anthropic => "anthropic".into(),
             }),
             http2: c.http2 || overrides.upstream_http2,
+            context_window: match c.context_window {
+                Some(0) => return Err(err(at("context_window"), "must be more than 0".into())),
+                window => window,
+            },
             policy: Arc::new(policy),
+            policy_set: c.policy.is_set() || parsed.policy.is_set(),
         })
         .map_err(|(field, message)| err(at(field), message))?;
         if candidates
@@ -350,6 +429,8 @@ pub fn load_with(
             }
         }
     }
+    let deadline =
+        deadline_of(parsed.deadline_ms, "deadline_ms").map_err(|(key, m)| err(key, m))?;
     let mut routes = Vec::new();
     let mut route_ids = HashSet::new();
     for r in &parsed.route {
@@ -383,9 +464,14 @@ pub fn load_with(
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let route_deadline = deadline_of(r.deadline_ms, &format!("route.{}.deadline_ms", r.id))
+            .map_err(|(key, m)| err(key, m))?
+            .or(deadline);
+        let switch = compile_switch(r).map_err(|(key, m)| err(key, m))?;
         routes.push(
-            Route::new(r.id.clone(), r.models.clone(), list)
-                .map_err(|message| err(Some(format!("route.{}.id", r.id)), message))?,
+            Route::new(r.id.clone(), r.models.clone(), list, route_deadline)
+                .map_err(|message| err(Some(format!("route.{}.id", r.id)), message))?
+                .with_switch(switch),
         );
     }
     if routes.is_empty() {
@@ -430,6 +516,7 @@ pub fn load_with(
         None => backlog::default_backlog(),
     };
     let config = Config {
+        deadline,
         listen,
         strip_headers,
         listen_backlog,

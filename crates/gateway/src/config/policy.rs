@@ -25,6 +25,20 @@ pub(super) struct PolicyFile {
     hard: Option<ClassPolicyFile>,
 }
 
+impl PolicyFile {
+    /// True when the table sets something: a policy the configuration chose, which no
+    /// route default replaces (D3).
+    pub(super) fn is_set(&self) -> bool {
+        self.version.is_some()
+            || self.action.is_some()
+            || self.rules.is_some()
+            || self.preset.is_some()
+            || self.rate_limit.is_some()
+            || self.transient.is_some()
+            || self.hard.is_some()
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ClassPolicyFile {

@@ -29,8 +29,13 @@ pub struct Candidate {
     pub provider: String,
     /// Speak HTTP/2 to it: one connection carries every concurrent request.
     pub http2: bool,
-    /// Its per-class policy (D1).
+    /// Its model's context window in tokens, where declared (D6).
+    pub context_window: Option<u64>,
+    /// Its per-class policy (D1): the configured one, else the interactive preset.
     pub policy: Arc<Policy>,
+    /// Its policy where a fallback follows it on a route: [`Policy::before_fallback`] by
+    /// default, its own when the configuration set one (D3).
+    pub policy_before_fallback: Arc<Policy>,
     endpoint: Uri,
     /// The Responses API's endpoint, for an OpenAI candidate.
     responses_endpoint: Option<Uri>,
@@ -50,7 +55,10 @@ pub(super) struct Declared {
     pub(super) model: Option<String>,
     pub(super) provider: String,
     pub(super) http2: bool,
+    pub(super) context_window: Option<u64>,
     pub(super) policy: Arc<Policy>,
+    /// The configuration set its policy, or every candidate's.
+    pub(super) policy_set: bool,
 }
 
 impl fmt::Debug for Candidate {
@@ -95,7 +103,9 @@ impl Candidate {
             model,
             provider,
             http2,
+            context_window,
             policy,
+            policy_set,
         } = declared;
         let bad_id = || ("id", "an id is letters, digits, `-` and `_`".to_owned());
         if id.is_empty()
@@ -161,6 +171,12 @@ impl Candidate {
             model,
             provider,
             http2,
+            context_window,
+            policy_before_fallback: if policy_set {
+                Arc::clone(&policy)
+            } else {
+                Arc::new(Policy::before_fallback())
+            },
             policy,
             endpoint,
             responses_endpoint,
@@ -228,6 +244,10 @@ impl Candidate {
     }
 }
 
+/// A route's switch table (D6): per terminal code another model can repair, the candidate
+/// ids to switch to, in order of preference.
+pub type Switch = Vec<(rebound_core::Code, Vec<String>)>;
+
 /// A model pattern → ordered candidates.
 #[derive(Clone, Debug)]
 pub struct Route {
@@ -237,6 +257,10 @@ pub struct Route {
     pub models: Vec<String>,
     /// Candidates, in order.
     pub candidates: Vec<Arc<Candidate>>,
+    /// How long a request may take (D6): its own `deadline_ms`, else the global one.
+    pub deadline: Option<std::time::Duration>,
+    /// Per terminal code another model can repair, the candidate ids to switch to (D6).
+    pub switch: Switch,
     id_header: HeaderValue,
 }
 
@@ -246,6 +270,7 @@ impl Route {
         id: String,
         models: Vec<String>,
         candidates: Vec<Arc<Candidate>>,
+        deadline: Option<std::time::Duration>,
     ) -> Result<Self, String> {
         let id_header = HeaderValue::from_str(&id)
             .map_err(|_| "an id may not hold control characters".to_owned())?;
@@ -253,13 +278,53 @@ impl Route {
             id,
             models,
             candidates,
+            deadline,
+            switch: Vec::new(),
             id_header,
+        })
+    }
+
+    /// This route with its `switch` table.
+    pub(super) fn with_switch(mut self, switch: Switch) -> Self {
+        self.switch = switch;
+        self
+    }
+
+    /// The switches of this route's candidates as route positions (D6): targets this view
+    /// of the route does not hold are left out.
+    pub fn switches(&self) -> Arc<rebound_core::Switches> {
+        let position = |id: &String| self.candidates.iter().position(|c| &c.id == id);
+        Arc::new(rebound_core::Switches {
+            by_code: self
+                .switch
+                .iter()
+                .map(|(code, ids)| (code.clone(), ids.iter().filter_map(position).collect()))
+                .collect(),
+            windows: self.candidates.iter().map(|c| c.context_window).collect(),
         })
     }
 
     /// Its id, as the `x-rebound-route-id` header value.
     pub(crate) fn id_header(&self) -> HeaderValue {
         self.id_header.clone()
+    }
+
+    /// Each candidate's policy on this route (D3): every candidate but the last has a
+    /// fallback after it, so it takes its policy for that place; the last keeps its own
+    /// (the interactive preset unless configured). A route of one behaves as that candidate.
+    pub fn policies(&self) -> Vec<Arc<Policy>> {
+        let last = self.candidates.len().saturating_sub(1);
+        self.candidates
+            .iter()
+            .enumerate()
+            .map(|(position, c)| {
+                Arc::clone(if position < last {
+                    &c.policy_before_fallback
+                } else {
+                    &c.policy
+                })
+            })
+            .collect()
     }
 
     /// This route with only the candidates `keep` accepts, or `None` when none is left.
@@ -283,6 +348,8 @@ impl Route {
             id: id.to_owned(),
             models: Vec::new(),
             candidates: vec![candidate],
+            deadline: None,
+            switch: Vec::new(),
             id_header: HeaderValue::from_static(id),
         }
     }

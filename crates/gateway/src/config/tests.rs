@@ -139,10 +139,10 @@ fn the_example_config_loads() {
         gpt.candidates[1].model.as_deref(),
         Some("openai/gpt-4o-mini")
     );
-    assert_eq!(
-        gpt.candidates[0].policy.hard.reset_wait.map(|r| r.max),
-        Some(Duration::from_secs(600))
-    );
+    // The route defaults (D3): openai falls back after two retries, openrouter is patient.
+    let policies = gpt.policies();
+    assert_eq!(*policies[0], Policy::before_fallback());
+    assert_eq!(*policies[1], Policy::interactive());
     assert!(c.route("claude-sonnet-4-5", Protocol::Anthropic).is_some());
     assert!(c.route("llama", Protocol::OpenAi).is_none());
 }
@@ -376,4 +376,135 @@ fn the_banner_tells_where_each_key_comes_from() {
         keyless.key_source(true),
         "no key: client keys stay with rebound under gateway keys"
     );
+}
+
+const TWO_OPENAI: &str = r#"
+[[candidate]]
+id = "a"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+
+[[candidate]]
+id = "b"
+protocol = "openai"
+base_url = "http://127.0.0.1:2/v1"
+
+[[route]]
+id = "r"
+models = ["gpt-*"]
+candidates = ["a", "b"]
+
+[[route]]
+id = "solo"
+models = ["o3"]
+candidates = ["a"]
+"#;
+
+#[test]
+fn a_candidate_with_a_fallback_after_it_defaults_to_the_short_pipeline_and_the_last_to_patience() {
+    let c = load_text(TWO_OPENAI).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let policies = route.policies();
+    assert_eq!(*policies[0], Policy::before_fallback());
+    assert_eq!(*policies[1], Policy::interactive());
+    // The same candidate alone on a route keeps the interactive preset.
+    let solo = c.route("o3", Protocol::OpenAi).unwrap();
+    assert_eq!(*solo.policies()[0], Policy::interactive());
+    // A route's view of one protocol has its own last candidate.
+    let mixed = TWO_OPENAI.replacen(
+        "protocol = \"openai\"\nbase_url = \"http://127.0.0.1:2/v1\"",
+        "protocol = \"anthropic\"\nbase_url = \"http://127.0.0.1:2\"",
+        1,
+    );
+    let c = load_text(&mixed).unwrap();
+    let openai = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    assert_eq!(*openai.policies()[0], Policy::interactive());
+}
+
+#[test]
+fn a_configured_policy_overrides_the_route_defaults() {
+    let own = TWO_OPENAI.replacen(
+        "base_url = \"http://127.0.0.1:1/v1\"",
+        "base_url = \"http://127.0.0.1:1/v1\"\npolicy = { preset = \"interactive\" }",
+        1,
+    );
+    let c = load_text(&own).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    assert_eq!(*route.policies()[0], Policy::interactive());
+    // A policy for every candidate is a choice too.
+    let every = format!("[policy.transient]\nretries = 1\n{TWO_OPENAI}");
+    let c = load_text(&every).unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let policies = route.policies();
+    assert_eq!(policies[0], policies[1]);
+    assert_eq!(
+        policies[0].transient.retry.map(|r| r.limit),
+        Some(Limit::Count(1))
+    );
+}
+
+#[test]
+fn a_switch_names_a_repairable_code_and_a_candidate_of_its_route() {
+    let with = |switch: &str, window: &str| {
+        TWO_OPENAI
+            .replacen(
+                "candidates = [\"a\", \"b\"]",
+                &format!("candidates = [\"a\", \"b\"]\nswitch = {{ {switch} }}"),
+                1,
+            )
+            .replacen(
+                "base_url = \"http://127.0.0.1:2/v1\"",
+                &format!("base_url = \"http://127.0.0.1:2/v1\"\n{window}"),
+                1,
+            )
+    };
+    let c = load_text(&with(
+        "context_overflow = \"b\"",
+        "context_window = 1000000",
+    ))
+    .unwrap();
+    let route = c.route("gpt-4o", Protocol::OpenAi).unwrap();
+    let switches = route.switches();
+    assert_eq!(switches.windows, [None, Some(1_000_000)]);
+    assert_eq!(
+        switches.target(&rebound_core::Code::new("context_overflow"), 0, 2),
+        Some(1)
+    );
+    for (switch, window, key, says) in [
+        (
+            "invalid_request = \"b\"",
+            "",
+            "route.r.switch.invalid_request",
+            "not a failure another model can repair",
+        ),
+        (
+            "content_filter = \"b\"",
+            "",
+            "route.r.switch.content_filter",
+            "not a failure another model can repair",
+        ),
+        (
+            "context_overflow = \"c\"",
+            "",
+            "route.r.switch.context_overflow",
+            "`c` is not one of the route's candidates",
+        ),
+        (
+            "context_overflow = []",
+            "",
+            "route.r.switch.context_overflow",
+            "names no candidate",
+        ),
+        (
+            "context_overflow = \"b\"",
+            "context_window = 0",
+            "candidate.b.context_window",
+            "more than 0",
+        ),
+    ] {
+        let e = load_text(&with(switch, window)).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key), "{e}");
+        assert!(e.to_string().contains(says), "{e}");
+        assert!(e.to_string().starts_with("rebound.toml: "), "{e}");
+    }
 }

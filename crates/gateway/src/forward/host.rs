@@ -110,14 +110,15 @@ impl Host for LiveHost {
     }
 
     fn new_turn(&self) -> Turn {
-        let policies = self
-            .request
+        Turn::new(self.request.route.policies(), Caller::Session)
+            .with_switches(self.request.route.switches())
+    }
+
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.request
             .route
-            .candidates
-            .iter()
-            .map(|c| Arc::clone(&c.policy))
-            .collect();
-        Turn::new(policies, Caller::Session)
+            .deadline
+            .or(self.request.gateway.config.deadline)
     }
 
     async fn attempt(&mut self, candidate: usize, attempt: u32) -> Attempt {

@@ -176,9 +176,9 @@ async fn submit(gateway: &Arc<Gateway>, jobs: &Jobs, body: &[u8]) -> http::Respo
         return problem(StatusCode::NOT_FOUND, "rebound: no route serves this job");
     };
     let policies: Vec<PolicyDocument> = route
-        .candidates
+        .policies()
         .iter()
-        .map(|c| PolicyDocument::of(&c.policy))
+        .map(|policy| PolicyDocument::of(policy))
         .collect();
     let new = NewJob {
         protocol: match protocol {

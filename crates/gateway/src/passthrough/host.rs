@@ -103,16 +103,20 @@ impl Host for PassHost {
     fn new_turn(&self) -> Turn {
         let policies = self
             .route
-            .candidates
-            .iter()
-            .map(|c| {
+            .policies()
+            .into_iter()
+            .map(|policy| {
                 Arc::new(rebound_core::Policy {
                     hard: ClassPolicy::immediate(Exhausted::Stop),
-                    ..*c.policy
+                    ..*policy
                 })
             })
             .collect();
         Turn::new(policies, Caller::Session)
+    }
+
+    fn deadline(&self) -> Option<std::time::Duration> {
+        self.route.deadline.or(self.gateway.config.deadline)
     }
 
     async fn attempt(&mut self, position: usize, attempt: u32) -> Attempt {

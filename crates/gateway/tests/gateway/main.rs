@@ -10,6 +10,7 @@
 )]
 
 mod caller;
+mod failover;
 mod front;
 mod give_up;
 mod http2;

@@ -84,6 +84,11 @@ fn read_stream(anthropic: bool, body: &str) -> (String, Result<bool, String>) {
             ended = Ok(true);
             continue;
         }
+        // The upstream's own broken event is relayed as it came, like a direct connection
+        // would show it (#16); rebound writes no event that is not JSON.
+        if format!("{event}\n\n") == rebound_chaos::stream::MALFORMED_EVENT {
+            continue;
+        }
         let Ok(value) = serde_json::from_str::<Value>(data) else {
             return (text, Err(format!("an event that is not JSON: {event}")));
         };

@@ -212,3 +212,47 @@ async fn a_response_failed_before_content_that_no_retry_repairs_is_answered_with
         assert_eq!(chaos.attempts("default"), 1, "{code}");
     }
 }
+
+/// What chaos sends directly under `script` for one request: the bytes a client connected
+/// directly would read.
+async fn direct_under(script: &str, path: &str, body: &str) -> bytes::Bytes {
+    let chaos = chaos(script).await;
+    send(chaos.addr(), "POST", path, &[JSON], body).await.body
+}
+
+#[tokio::test]
+async fn a_chat_stream_without_done_reaches_the_client_complete_byte_for_byte() {
+    let expected = direct_under("no-done", "/v1/chat/completions", &openai_body(true)).await;
+    let text = String::from_utf8_lossy(&expected);
+    assert!(
+        !text.contains("[DONE]") && text.contains("finish_reason\":\"stop"),
+        "{text}"
+    );
+    let chaos = chaos("no-done").await;
+    let g = gateway(SIMPLE, &chaos).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.body, expected, "{}", reply.text());
+    assert_eq!(chaos.attempts("default"), 1);
+}
+
+#[tokio::test]
+async fn a_stream_with_one_malformed_event_reaches_the_client_complete_byte_for_byte() {
+    for (path, body) in [
+        ("/v1/chat/completions", openai_body(true)),
+        ("/v1/messages", anthropic_body(true)),
+    ] {
+        let script = "malformed-event-at-1";
+        let expected = direct_under(script, path, &body).await;
+        assert!(
+            String::from_utf8_lossy(&expected).contains(rebound_chaos::stream::MALFORMED_EVENT),
+            "{path}"
+        );
+        let chaos = chaos(script).await;
+        let g = gateway(SIMPLE, &chaos).await;
+        let reply = g.post(path, &body).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        assert_eq!(reply.body, expected, "{path}: {}", reply.text());
+        assert_eq!(chaos.attempts("default"), 1, "{path}");
+    }
+}

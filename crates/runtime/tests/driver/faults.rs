@@ -285,3 +285,14 @@ async fn a_tool_call_runs_once_even_when_the_next_request_is_replayed() {
         assert_eq!(chaos.attempts("default"), 4);
     }
 }
+
+#[tokio::test]
+async fn a_chat_stream_without_done_after_its_finish_reason_is_complete_first_time() {
+    recovers("no-done", Protocol::OpenAi, true, 1).await;
+}
+
+#[tokio::test]
+async fn an_event_that_is_not_json_is_skipped_and_the_stream_completes_first_time() {
+    recovers("malformed-event-at-1", Protocol::OpenAi, true, 1).await;
+    recovers("malformed-event-at-1", Protocol::Anthropic, true, 1).await;
+}

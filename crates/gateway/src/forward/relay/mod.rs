@@ -5,6 +5,11 @@
 //! A stream that ends normally is an answer if it held content or a tool call, even one whose
 //! arguments never began: it is committed then.
 //!
+//! A stream is judged as a client connected directly would judge it: a Chat Completions body
+//! that closes cleanly after a choice's `finish_reason` is complete without `[DONE]`, and an
+//! event whose data is not the protocol's JSON is relayed as sent while the stream goes on.
+//! Only a stream cut before its end is truncated.
+//!
 //! What a chunk of upstream bytes means is decided synchronously ([`Relay::chunk`]); the relay
 //! loop only waits for bytes and hands them on. An open stream's state is then the small
 //! [`Relay`] and one pending read, whatever the chunk held.
@@ -39,27 +44,22 @@ pub(super) async fn relay(
             () = down.gone() => return Attempted::Ended,
             frame = tokio::time::timeout(idle, body.frame()) => frame,
         };
-        let data = match frame {
+        let step = match frame {
             Err(_) => {
                 return relay.failed(TransportFailure {
                     kind: TransportKind::IdleTimeout,
                     message: format!("no stream event for {} s", idle.as_secs_f64()),
                 });
             }
-            Ok(None) => {
-                return relay.failed(TransportFailure {
-                    kind: TransportKind::Truncated,
-                    message: "the stream ended before its final event".into(),
-                });
-            }
+            Ok(None) => relay.body_ended(),
             Ok(Some(Err(failure))) => return relay.failed(failure),
             Ok(Some(Ok(frame))) => match frame.into_data() {
-                Ok(data) => data,
+                Ok(data) => relay.chunk(&data),
                 Err(_) => continue,
             },
         };
         // Only the bytes to send stay alive across the awaits below, not the whole step.
-        let Step { commit, send, end } = relay.chunk(&data);
+        let Step { commit, send, end } = step;
         if let Some(headers) = commit {
             let delivered = if down.committed() {
                 // The countdown committed the response while an earlier attempt waited:
@@ -103,6 +103,9 @@ pub(super) struct Relay {
     content_seen: bool,
     /// A tool call began: a complete stream is an answer even if its arguments never did.
     answered: bool,
+    /// A Chat Completions choice said why it finished: a body that then ends cleanly is
+    /// complete, `[DONE]` or not, as it is for a client connected directly.
+    finished: bool,
     /// The last `sequence_number` of a Responses stream.
     sequence_number: Option<u64>,
     /// The response a Responses stream announced. Boxed: most streams are not Responses.
@@ -139,6 +142,7 @@ impl Relay {
             pending_base: 0,
             content_seen: false,
             answered: false,
+            finished: false,
             sequence_number: None,
             response: None,
             provider,
@@ -247,14 +251,13 @@ impl Relay {
                         self.on_error(&mut step, forward_to, &event, kind, ends_stream);
                         return step;
                     }
-                    StreamItem::Malformed => {
-                        step.end = Some(Box::new(self.failed(TransportFailure {
-                            kind: TransportKind::BodyDecode,
-                            message: "an SSE event's data is not the protocol's JSON".into(),
-                        })));
-                        return step;
-                    }
+                    // An event rebound cannot read is the upstream's to send: it goes on
+                    // as it came, and so does the stream, as on a direct connection.
+                    StreamItem::Malformed => {}
                     StreamItem::Done => done = true,
+                    StreamItem::Stop(_) if self.api == Api::ChatCompletions => {
+                        self.finished = true;
+                    }
                     StreamItem::ToolCallStart { .. } => self.answered = true,
                     _ => {}
                 }
@@ -264,29 +267,49 @@ impl Relay {
             }
         }
         if done {
-            if !self.content_seen && self.answered {
-                // A tool call without arguments: the whole stream is its answer.
-                self.content_seen = true;
-                step.commit = self.headers.take();
-            }
-            step.end = Some(Box::new(if self.content_seen {
-                step.send[0] = Some(self.pending.split().freeze());
-                Attempted::Succeeded(())
-            } else {
-                // A complete stream without content: empty, and not yet shown to anyone.
-                let evidence = Evidence {
-                    status: Some(self.status.as_u16()),
-                    body: Some(String::new()),
-                    ..self.evidence()
-                };
-                failure(evidence, false, self.restart, self.detail(false, false))
-            }));
+            self.complete(&mut step);
             return step;
         }
         if let Some(upto) = forward_to {
             step.send[0] = Some(self.take_pending(upto));
         }
         step
+    }
+
+    /// The upstream's body ended cleanly at the HTTP level: complete after its final event or
+    /// a choice's finish reason, every byte it sent forwarded; otherwise cut short.
+    fn body_ended(&mut self) -> Step {
+        let mut step = Step::default();
+        if self.finished {
+            self.complete(&mut step);
+        } else {
+            step.end = Some(Box::new(self.failed(TransportFailure {
+                kind: TransportKind::Truncated,
+                message: "the stream ended before its final event".into(),
+            })));
+        }
+        step
+    }
+
+    /// The stream is complete: an answer if it held content or a tool call, whose last bytes
+    /// go to the client; otherwise an empty answer, shown to no one yet.
+    fn complete(&mut self, step: &mut Step) {
+        if !self.content_seen && self.answered {
+            // A tool call without arguments: the whole stream is its answer.
+            self.content_seen = true;
+            step.commit = self.headers.take();
+        }
+        step.end = Some(Box::new(if self.content_seen {
+            step.send[0] = Some(self.pending.split().freeze());
+            Attempted::Succeeded(())
+        } else {
+            let evidence = Evidence {
+                status: Some(self.status.as_u16()),
+                body: Some(String::new()),
+                ..self.evidence()
+            };
+            failure(evidence, false, self.restart, self.detail(false, false))
+        }));
     }
 
     /// The provider's own error event: earlier whole events of the chunk go as they came, and

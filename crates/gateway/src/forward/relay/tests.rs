@@ -85,20 +85,42 @@ fn run(api: Api, chunks: &[&[u8]]) -> Run {
     };
     for chunk in chunks {
         let step = run.relay.chunk(chunk);
-        if step.commit.is_some() {
-            assert!(!run.committed, "committed twice");
-            run.committed = true;
-        }
-        for bytes in step.send.into_iter().flatten() {
-            assert!(run.committed, "bytes before the commit point");
-            run.sent.extend_from_slice(&bytes);
-        }
-        if let Some(end) = step.end {
-            run.end = Some(*end);
+        if run.apply(step) {
             break;
         }
     }
     run
+}
+
+/// `run`, then the upstream's body ends cleanly at the HTTP level.
+fn run_to_close(api: Api, chunks: &[&[u8]]) -> Run {
+    let mut run = run(api, chunks);
+    if run.end.is_none() {
+        let step = run.relay.body_ended();
+        run.apply(step);
+    }
+    run
+}
+
+impl Run {
+    /// Applies one step as the relay loop does; true when it ends the attempt.
+    fn apply(&mut self, step: super::Step) -> bool {
+        if step.commit.is_some() {
+            assert!(!self.committed, "committed twice");
+            self.committed = true;
+        }
+        for bytes in step.send.into_iter().flatten() {
+            assert!(self.committed, "bytes before the commit point");
+            self.sent.extend_from_slice(&bytes);
+        }
+        match step.end {
+            Some(end) => {
+                self.end = Some(*end);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 fn failed(end: Option<Attempt>) -> FailedAttempt {
@@ -367,4 +389,83 @@ fn a_tool_call_without_arguments_is_an_answer_and_a_bare_preamble_is_not() {
         diagnostics(&failed).code.as_ref().map(|c| c.as_str()),
         Some("empty_response")
     );
+}
+
+/// A Chat Completions stream as a provider that never sends `[DONE]` ends it: a finish
+/// reason, the usage chunk, then the body closes cleanly.
+const CHAT_WITHOUT_DONE: &str = concat!(
+    r#"data: {"id":"chatcmpl-1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+    "\n\n",
+    r#"data: {"id":"chatcmpl-1","choices":[{"index":0,"delta":{"content":"Hello"}}]}"#,
+    "\n\n",
+    r#"data: {"id":"chatcmpl-1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+    "\n\n",
+    r#"data: {"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":1}}"#,
+    "\n\n",
+);
+
+#[test]
+fn a_chat_stream_that_finished_and_closed_without_done_is_complete_byte_for_byte() {
+    let run = run_to_close(Api::ChatCompletions, &[CHAT_WITHOUT_DONE.as_bytes()]);
+    assert!(matches!(run.end, Some(Attempted::Succeeded(()))));
+    assert_eq!(run.sent, CHAT_WITHOUT_DONE.as_bytes());
+}
+
+#[test]
+fn a_chat_stream_closed_before_its_finish_reason_is_truncated() {
+    let cut = CHAT_WITHOUT_DONE
+        .split_inclusive("\n\n")
+        .take(2)
+        .collect::<String>();
+    let run = run_to_close(Api::ChatCompletions, &[cut.as_bytes()]);
+    let failed = failed(run.end);
+    assert_eq!(failed.evidence.transport, Some(TransportKind::Truncated));
+    assert!(failed.delivered);
+}
+
+#[test]
+fn a_messages_stream_closed_without_message_stop_is_still_truncated() {
+    let stream = concat!(
+        "event: message_start\n",
+        r#"data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[]}}"#,
+        "\n\n",
+        "event: content_block_delta\n",
+        r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+        "\n\n",
+        "event: message_delta\n",
+        r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#,
+        "\n\n",
+    );
+    let run = run_to_close(Api::Messages, &[stream.as_bytes()]);
+    assert_eq!(
+        failed(run.end).evidence.transport,
+        Some(TransportKind::Truncated)
+    );
+}
+
+#[test]
+fn an_event_rebound_cannot_read_is_relayed_as_sent_and_the_stream_goes_on() {
+    let stream = concat!(
+        r#"data: {"choices":[{"index":0,"delta":{"content":"Hel"}}]}"#,
+        "\n\n",
+        "data: {\"choices\": [{\"delta\": {\"content\": \"tru\n\n",
+        r#"data: {"choices":[{"index":0,"delta":{"content":"lo"}}]}"#,
+        "\n\n",
+        r#"data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        "\n\n",
+        "data: [DONE]\n\n",
+    );
+    let run = run(Api::ChatCompletions, &[stream.as_bytes()]);
+    assert!(matches!(run.end, Some(Attempted::Succeeded(()))));
+    assert_eq!(run.sent, stream.as_bytes());
+    // Before the commit point too: held back with the rest, then sent as it came.
+    let early = concat!(
+        "data: not json\n\n",
+        r#"data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#,
+        "\n\n",
+        "data: [DONE]\n\n",
+    );
+    let run = run_to_close(Api::ChatCompletions, &[early.as_bytes()]);
+    assert!(matches!(run.end, Some(Attempted::Succeeded(()))));
+    assert_eq!(run.sent, early.as_bytes());
 }

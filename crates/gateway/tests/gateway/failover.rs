@@ -1,0 +1,260 @@
+//! Failover out of the box (#16, D3, D6): a route's fallback is used before the client is
+//! made to wait. Waits run in virtual time, so "within 10 s" is the sum of rebound's waits.
+
+use std::time::Duration;
+
+use rebound_chaos::Chaos;
+
+use crate::{Running, chaos, gateway, openai_body};
+
+/// A route of two OpenAI candidates with no policy configured: `primary`, then `fallback`.
+fn two_candidates(primary: &Chaos, fallback: &Chaos) -> String {
+    format!(
+        r#"
+[[candidate]]
+id = "primary"
+protocol = "openai"
+base_url = "{}"
+api_key_env = "CANARY_KEY"
+
+[[candidate]]
+id = "fallback"
+protocol = "openai"
+base_url = "{}"
+api_key_env = "CANARY_KEY"
+
+[[route]]
+id = "main"
+models = ["*"]
+candidates = ["primary", "fallback"]
+"#,
+        primary.openai_base_url(),
+        fallback.openai_base_url()
+    )
+}
+
+/// Sends one request through a two-candidate route whose primary follows `script`, and
+/// checks it was served by the fallback within 10 s of waiting after at most 3 primary
+/// attempts.
+async fn served_by_the_fallback(script: &str, stream: bool) -> Running {
+    let primary = chaos(script).await;
+    let fallback = chaos("ok").await;
+    let g = gateway(&two_candidates(&primary, &fallback), &primary).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+    assert_eq!(reply.status, 200, "{script}: {}", reply.text());
+    if !stream {
+        // A stream's head went out with the countdown's first keep-alive comment, before
+        // the fallback was chosen: its final figures come as a comment instead (G6).
+        assert_eq!(reply.header("x-rebound-candidate"), "fallback", "{script}");
+    }
+    let primary_attempts = primary.attempts("default");
+    // At most three, and here exactly: the attempt and two retries.
+    assert_eq!(primary_attempts, 3, "{script}: primary attempts");
+    assert_eq!(fallback.attempts("default"), 1, "{script}");
+    let waited = g.time.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "{script}: waited {waited:?}"
+    );
+    g
+}
+
+const PERSISTENT_429: &str = "429, 429, 429, 429, 429, 429, 429, 429, 429, 429, 429, 429";
+const PERSISTENT_503: &str = "503, 503, 503, 503, 503, 503, 503, 503, 503, 503, 503, 503";
+
+#[tokio::test]
+async fn a_persistent_429_without_a_hint_is_served_by_the_fallback_after_three_attempts() {
+    for stream in [false, true] {
+        served_by_the_fallback(PERSISTENT_429, stream).await;
+    }
+}
+
+#[tokio::test]
+async fn a_persistent_429_with_a_hint_waits_the_hint_twice_then_falls_back() {
+    let script = "429+retry-after:2, 429+retry-after:2, 429+retry-after:2, 429+retry-after:2";
+    let g = served_by_the_fallback(script, false).await;
+    assert_eq!(g.time.elapsed(), Duration::from_secs(4));
+}
+
+#[tokio::test]
+async fn a_persistent_503_is_served_by_the_fallback_after_three_attempts() {
+    for stream in [false, true] {
+        let g = served_by_the_fallback(PERSISTENT_503, stream).await;
+        // The transient schedule: 1 s, then 2 s.
+        assert_eq!(g.time.elapsed(), Duration::from_secs(3));
+    }
+}
+
+#[tokio::test]
+async fn a_primary_down_for_five_seconds_is_served_by_the_fallback() {
+    served_by_the_fallback("down:5000", true).await;
+}
+
+#[tokio::test]
+async fn a_single_candidate_route_keeps_the_interactive_patience() {
+    let only = chaos(PERSISTENT_503).await;
+    let text = two_candidates(&only, &only).replace(
+        r#"candidates = ["primary", "fallback"]"#,
+        r#"candidates = ["primary"]"#,
+    );
+    let g = gateway(&text, &only).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 503, "{}", reply.text());
+    // The interactive preset: 10 retries, 11 attempts.
+    assert_eq!(only.attempts("default"), 11);
+}
+
+/// One candidate, `primary`, alone on its route, under `deadline`.
+fn alone_with_deadline(primary: &Chaos, global: &str, route: &str) -> String {
+    let text = two_candidates(primary, primary).replace(
+        r#"candidates = ["primary", "fallback"]"#,
+        &format!("candidates = [\"primary\"]\n{route}"),
+    );
+    format!("{global}\n{text}")
+}
+
+#[tokio::test]
+async fn a_deadline_of_3_s_ends_a_request_stuck_on_a_sole_failing_candidate_at_3_s() {
+    for (global, route) in [("deadline_ms = 3000", ""), ("", "deadline_ms = 3000")] {
+        let only = chaos(PERSISTENT_503).await;
+        let g = gateway(&alone_with_deadline(&only, global, route), &only).await;
+        let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+        assert_eq!(reply.status, 503, "{}", reply.text());
+        // Waits of 1 s and 2 s fit; the next, 4 s, would end after the deadline.
+        let waited = g.time.elapsed();
+        assert!(
+            waited.abs_diff(Duration::from_secs(3)) <= Duration::from_millis(200),
+            "ended after {waited:?}"
+        );
+        assert_eq!(only.attempts("default"), 3);
+        assert_eq!(reply.header("x-should-retry"), "false");
+        let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+        assert_eq!(body["rebound"]["reason"], "deadline", "{body}");
+    }
+}
+
+#[tokio::test]
+async fn a_deadline_never_lets_a_wait_run_past_it() {
+    // A rate limit's waits (about 2 s, then about 4 s) do not fit twice in 3 s.
+    let only = chaos(PERSISTENT_429).await;
+    let g = gateway(&alone_with_deadline(&only, "deadline_ms = 3000", ""), &only).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(true)).await;
+    assert_eq!(reply.status, 200, "a stream committed by its countdown");
+    assert!(
+        reply.text().contains("\"reason\":\"deadline\""),
+        "{}",
+        reply.text()
+    );
+    assert!(g.time.elapsed() <= Duration::from_secs(3));
+    assert_eq!(only.attempts("default"), 2);
+}
+
+#[test]
+fn a_deadline_is_more_than_0_and_at_most_a_day() {
+    for (text, key) in [
+        ("deadline_ms = 0\n", "deadline_ms"),
+        ("deadline_ms = 90000000\n", "deadline_ms"),
+    ] {
+        let config = format!(
+            "{text}[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"a\"]\n"
+        );
+        let e = rebound_gateway::load("rebound.toml", &config, &Default::default(), &[("X", "y")])
+            .unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key), "{e}");
+        assert!(
+            e.to_string().starts_with("rebound.toml: `deadline_ms`"),
+            "{e}"
+        );
+    }
+    let config = "[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"a\"]\ndeadline_ms = 0\n";
+    let e = rebound_gateway::load("rebound.toml", config, &Default::default(), &[("X", "y")])
+        .unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("route.r.deadline_ms"), "{e}");
+}
+
+/// `two_candidates` with a switch on context overflow to `fallback`, and context windows.
+fn switching(primary: &Chaos, fallback: &Chaos, windows: (u64, u64)) -> String {
+    two_candidates(primary, fallback)
+        .replacen(
+            "api_key_env = \"CANARY_KEY\"",
+            &format!("api_key_env = \"CANARY_KEY\"\ncontext_window = {}", windows.0),
+            1,
+        )
+        .replace(
+            "id = \"fallback\"\nprotocol = \"openai\"",
+            &format!(
+                "id = \"fallback\"\nprotocol = \"openai\"\ncontext_window = {}",
+                windows.1
+            ),
+        )
+        .replace(
+            r#"candidates = ["primary", "fallback"]"#,
+            "candidates = [\"primary\", \"fallback\"]\nswitch = { context_overflow = \"fallback\" }",
+        )
+}
+
+#[tokio::test]
+async fn a_context_overflow_moves_to_the_declared_larger_candidate_after_one_attempt() {
+    // Twice the primary's failure, so a retry of it would show.
+    let primary = chaos("context, context").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(
+        &switching(&primary, &fallback, (128_000, 1_000_000)),
+        &primary,
+    )
+    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    assert_eq!(primary.attempts("default"), 1);
+    assert_eq!(fallback.attempts("default"), 1);
+    assert_eq!(
+        g.time.elapsed(),
+        Duration::ZERO,
+        "a switch waits for nothing"
+    );
+}
+
+#[tokio::test]
+async fn a_context_overflow_stays_terminal_without_a_larger_candidate_or_a_switch() {
+    // The declared candidate is no larger: the overflow is the answer.
+    let primary = chaos("context").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(
+        &switching(&primary, &fallback, (200_000, 128_000)),
+        &primary,
+    )
+    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 0)
+    );
+    // No switch configured: the default short pipeline does not skip a terminal failure.
+    let primary = chaos("context").await;
+    let g = gateway(&two_candidates(&primary, &fallback), &primary).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 0)
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_request_is_never_switched() {
+    let primary = chaos("400").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(
+        &switching(&primary, &fallback, (128_000, 1_000_000)),
+        &primary,
+    )
+    .await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 0)
+    );
+}
