@@ -1,4 +1,5 @@
-//! `rebound classify`: evidence in (flags or JSON on stdin), the catalogue's verdict out.
+//! `rebound classify`: evidence in (flags, evidence JSON or free text on stdin), the
+//! catalogue's verdict out.
 
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
@@ -29,13 +30,14 @@ pub(crate) struct ClassifyArgs {
     /// HTTP status of the failed response.
     #[arg(long, value_name = "CODE")]
     status: Option<u16>,
-    /// A response header, as 'name: value'. Repeat for more.
+    /// A response header, as 'name: value'. Repeat for more. Pseudo-header names of AWS
+    /// event-stream frames (':exception-type: ThrottlingException') are accepted.
     #[arg(long = "header", value_name = "'NAME: VALUE'")]
     headers: Vec<String>,
     /// The response body or error message.
     #[arg(long, value_name = "TEXT", conflicts_with = "body_file")]
     body: Option<String>,
-    /// Read the body from a file.
+    /// Read the body from a file ('-' reads it from standard input, e.g. a raw JSON body).
     #[arg(long, value_name = "PATH")]
     body_file: Option<PathBuf>,
     /// The provider (openai, anthropic, gemini, azure, bedrock, openrouter, relay …).
@@ -90,12 +92,7 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
     let evidence = if args.has_evidence_flags() {
         evidence_from_flags(&args)?
     } else {
-        if args.provider.is_some() || args.phase.is_some() {
-            return Err(bad_input(
-                "--provider and --phase describe evidence: add --status, --body, --transport or --sse-event, or pipe evidence JSON on stdin",
-            ));
-        }
-        evidence_from_stdin()?
+        evidence_from_stdin(args.provider.as_deref(), args.phase.as_deref())?
     };
     let now = SystemTime::now();
     let classification = catalogue.classify(&evidence, now);
@@ -112,6 +109,9 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
                     "delay_ms".into(),
                     json!(delay.map(|d| d.as_millis() as u64)),
                 );
+            }
+            if let Some(capped) = capped_hint(&classification) {
+                map.insert("hint_capped_ms".into(), json!(capped.as_millis() as u64));
             }
             map.insert("evidence_excerpt".into(), json!(error_excerpt(&evidence)));
         }
@@ -178,20 +178,10 @@ fn evidence_from_flags(args: &ClassifyArgs) -> Result<Evidence> {
         )));
     }
     for (index, header) in args.headers.iter().enumerate() {
-        // Never echo the value: it may be a credential.
-        let Some((name, value)) = header.split_once(':') else {
-            return Err(bad_input(format!(
-                "--header #{}: expected 'name: value'",
-                index + 1
-            )));
-        };
-        let name = name.trim();
-        if name.is_empty() || !name.bytes().all(is_token_byte) {
-            return Err(bad_input(format!(
-                "--header #{}: the name is not a valid header name",
-                index + 1
-            )));
-        }
+        let (name, value) = split_header(header).map_err(|problem| {
+            // Never echo the value: it may be a credential.
+            bad_input(format!("--header #{}: {problem}", index + 1))
+        })?;
         evidence.headers.insert(name, value);
     }
     if let Some(kind) = &args.transport {
@@ -205,6 +195,7 @@ fn evidence_from_flags(args: &ClassifyArgs) -> Result<Evidence> {
     }
     evidence.body = match (&args.body, &args.body_file) {
         (Some(body), _) => Some(body.clone()),
+        (None, Some(path)) if path.as_os_str() == "-" => Some(read_stdin_text()?),
         (None, Some(path)) => Some(read_body_file(path)?),
         (None, None) => None,
     };
@@ -238,6 +229,23 @@ fn without_values(message: &str) -> String {
     message.to_owned()
 }
 
+/// Splits 'name: value'. A name is an HTTP token, optionally after one ':' as the pseudo-headers
+/// of AWS event-stream frames and HTTP/2 carry (':exception-type', ':status').
+fn split_header(header: &str) -> Result<(&str, &str), &'static str> {
+    let header = header.trim_start();
+    let pseudo = usize::from(header.starts_with(':'));
+    let Some(colon) = header[pseudo..].find(':') else {
+        return Err("expected 'name: value'");
+    };
+    let (name, value) = header.split_at(pseudo + colon);
+    let name = name.trim_end();
+    let token = &name[pseudo..];
+    if token.is_empty() || !token.bytes().all(is_token_byte) {
+        return Err("the name is not a valid header name");
+    }
+    Ok((name, &value[1..]))
+}
+
 fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
@@ -259,11 +267,12 @@ fn read_body_file(path: &Path) -> Result<String> {
     Ok(String::from_utf8_lossy(&bytes).into_owned())
 }
 
-fn evidence_from_stdin() -> Result<Evidence> {
+/// Standard input as text, bounded by [`INPUT_LIMIT`].
+fn read_stdin_text() -> Result<String> {
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         return Err(bad_input(
-            "no evidence: give --status, --header, --body, --transport or --sse-event, or pipe evidence JSON on stdin",
+            "no evidence: give --status, --header, --body, --transport or --sse-event, or pipe evidence JSON or an error text on stdin",
         ));
     }
     let mut bytes = Vec::new();
@@ -280,12 +289,38 @@ fn evidence_from_stdin() -> Result<Evidence> {
     }
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err(bad_input(
-            "no evidence: stdin is empty; give flags or pipe evidence JSON",
+            "no evidence: stdin is empty; give flags or pipe evidence JSON or an error text",
         ));
     }
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Evidence from standard input: a JSON object is an evidence document (strict: unknown fields
+/// are refused); anything else is free text with no status (an SDK exception, an agent CLI's
+/// line, a runtime's network error), described by `--provider` and `--phase` when given. A raw
+/// JSON body without a status is read with `--body-file -`.
+fn evidence_from_stdin(provider: Option<&str>, phase: Option<&str>) -> Result<Evidence> {
+    let text = read_stdin_text()?;
+    if !text.trim_start().starts_with('{') {
+        return Ok(Evidence {
+            provider: provider.map(str::to_ascii_lowercase),
+            phase: match phase {
+                Some("stream") => Phase::Stream,
+                _ => Phase::Setup,
+            },
+            body: Some(text),
+            ..Evidence::default()
+        });
+    }
+    if provider.is_some() || phase.is_some() {
+        return Err(bad_input(
+            "--provider and --phase describe flag or text evidence: an evidence JSON document carries its own provider and phase",
+        ));
+    }
+    let bytes = text.into_bytes();
     let mut evidence: Evidence = serde_json::from_slice(&bytes).map_err(|e| {
         bad_input(format!(
-            "stdin: evidence JSON: {}",
+            "stdin: evidence JSON: {} (a raw JSON body is read with --body-file -)",
             without_values(&e.to_string())
         ))
     })?;
@@ -298,6 +333,17 @@ fn evidence_from_stdin() -> Result<Evidence> {
     }
     evidence.provider = evidence.provider.map(|p| p.to_ascii_lowercase());
     Ok(evidence)
+}
+
+/// The hint as the interactive policy honours it: bounded by the class cap (T2). `None` when
+/// there is no hint or the class is never retried.
+fn capped_hint(c: &Classification) -> Option<std::time::Duration> {
+    let hint = c.hint?;
+    let cap = Policy::interactive()
+        .for_class(c.class()?)
+        .and_then(|p| p.retry)
+        .map(|r| r.backoff.cap())?;
+    Some(hint.delay.min(cap))
 }
 
 /// What rebound does with a failure so classified, in one sentence.
@@ -353,14 +399,21 @@ fn write_human(
         writeln!(out, "  reason      {}", reason.as_str())?;
     }
     writeln!(out, "  scope       {}", c.scope.as_str())?;
-    match c.hint {
-        Some(h) => writeln!(
+    match (c.hint, capped_hint(c)) {
+        (Some(h), Some(capped)) if capped < h.delay => writeln!(
+            out,
+            "  hint        {} ms ({}), capped at {} ms by the class cap",
+            h.delay.as_millis(),
+            h.source,
+            capped.as_millis()
+        )?,
+        (Some(h), _) => writeln!(
             out,
             "  hint        {} ms ({})",
             h.delay.as_millis(),
             h.source
         )?,
-        None => writeln!(out, "  hint        none")?,
+        (None, _) => writeln!(out, "  hint        none")?,
     }
     if let Some((attempt, delay)) = retry {
         match delay {

@@ -1,15 +1,18 @@
 //! Timing hints: how long a provider asked us to wait, validated (C6, T2).
 //!
-//! Every parser here is total: it returns `None` for anything malformed, negative, not finite
-//! or absurd, so a hostile or broken value can never hold a request. Caps that depend on the
-//! class live in [`crate::policy`]; this module only decides whether a value is believable.
+//! Every parser here is total: it returns `None` for anything malformed, negative or not
+//! finite, and an excessive but well-formed value is saturated at [`MAX_HINT`], so a hostile or
+//! broken value can never hold a request (T2). An excessive value still says "wait long": it is
+//! kept, saturated, so the class cap in [`crate::policy`] bounds it rather than backoff
+//! replacing it. Caps that depend on the class live there; this module only validates values.
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
-/// The longest wait any hint may ask for. Longer values are not believed and are dropped.
+/// The longest wait any hint may ask for. Longer well-formed values are saturated at it (T2);
+/// the class cap then bounds the wait.
 pub const MAX_HINT: Duration = Duration::from_secs(7 * 24 * 60 * 60);
 
 /// Where a hint came from, in precedence order (T1).
@@ -111,13 +114,13 @@ impl HintFormat {
             }
             HintFormat::Clock => clock_delay(value, tz?, now)?,
         };
-        believable(delay)
+        Some(saturate(delay))
     }
 }
 
-/// `Some(delay)` when it is within [`MAX_HINT`].
-pub fn believable(delay: Duration) -> Option<Duration> {
-    (delay <= MAX_HINT).then_some(delay)
+/// The delay, saturated at [`MAX_HINT`]: an excessive hint is capped, not ignored (T2).
+pub fn saturate(delay: Duration) -> Duration {
+    delay.min(MAX_HINT)
 }
 
 /// Parses an unsigned decimal number (`12`, `0.5`, `2.184`) scaled by `unit_nanos` per unit.
@@ -412,14 +415,22 @@ mod tests {
     }
 
     #[test]
-    fn absurd_hints_are_dropped() {
+    fn excessive_hints_are_saturated_and_malformed_ones_dropped() {
         let now = at(0);
         assert_eq!(
             HintFormat::Seconds.parse("604800", None, now),
             Some(MAX_HINT)
         );
-        assert_eq!(HintFormat::Seconds.parse("604801", None, now), None);
-        assert_eq!(HintFormat::Duration.parse("999999h", None, now), None);
+        assert_eq!(
+            HintFormat::Seconds.parse("604801", None, now),
+            Some(MAX_HINT)
+        );
+        assert_eq!(
+            HintFormat::Duration.parse("999999h", None, now),
+            Some(MAX_HINT)
+        );
+        assert_eq!(HintFormat::Seconds.parse("1e9", None, now), None);
+        assert_eq!(HintFormat::Seconds.parse("-5", None, now), None);
     }
 
     #[test]

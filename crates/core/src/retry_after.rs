@@ -2,13 +2,14 @@
 //!
 //! Precedence: `retry-after-ms`, then `retry-after` as seconds, then `retry-after` as an
 //! HTTP-date (IMF-fixdate, RFC 850 and asctime forms). A malformed value is skipped and the next
-//! source is tried; an HTTP-date in the past means "now" (zero). Headers are read only for
+//! source is tried; an HTTP-date in the past means "now" (zero); an excessive value is saturated
+//! at [`crate::hint::MAX_HINT`], and the class cap bounds it (T2). Headers are read only for
 //! statuses that can carry a usable delay: 429, 408, 409 and every 5xx.
 
 use std::time::{Duration, SystemTime};
 
 use crate::evidence::Headers;
-use crate::hint::{Hint, HintSource, believable, parse_decimal_duration};
+use crate::hint::{Hint, HintSource, parse_decimal_duration, saturate};
 
 /// True for the statuses whose retry headers are read (T1).
 pub fn status_carries_hint(status: u16) -> bool {
@@ -23,7 +24,7 @@ pub fn header_hint(status: Option<u16>, headers: &Headers, now: SystemTime) -> O
     if let Some(delay) = headers
         .get("retry-after-ms")
         .and_then(|v| parse_decimal_duration(v.trim(), 1_000_000))
-        .and_then(believable)
+        .map(saturate)
     {
         return Some(Hint {
             delay,
@@ -31,7 +32,7 @@ pub fn header_hint(status: Option<u16>, headers: &Headers, now: SystemTime) -> O
         });
     }
     let value = headers.get("retry-after")?.trim();
-    if let Some(delay) = parse_decimal_duration(value, 1_000_000_000).and_then(believable) {
+    if let Some(delay) = parse_decimal_duration(value, 1_000_000_000).map(saturate) {
         return Some(Hint {
             delay,
             source: HintSource::RetryAfterSeconds,
@@ -39,8 +40,8 @@ pub fn header_hint(status: Option<u16>, headers: &Headers, now: SystemTime) -> O
     }
     let at = httpdate::parse_http_date(value).ok()?;
     let delay = at.duration_since(now).unwrap_or(Duration::ZERO);
-    believable(delay).map(|delay| Hint {
-        delay,
+    Some(Hint {
+        delay: saturate(delay),
         source: HintSource::RetryAfterDate,
     })
 }
@@ -50,6 +51,7 @@ mod tests {
     use std::time::UNIX_EPOCH;
 
     use super::*;
+    use crate::hint::MAX_HINT;
 
     fn headers(pairs: &[(&str, &str)]) -> Headers {
         pairs.iter().copied().collect()
@@ -105,7 +107,24 @@ mod tests {
         );
         assert_eq!(hint(429, &[("retry-after", "soon")]), None);
         assert_eq!(hint(429, &[("retry-after", "1e9")]), None);
-        assert_eq!(hint(429, &[("retry-after", "99999999999")]), None);
+    }
+
+    #[test]
+    fn excessive_values_are_saturated_not_dropped() {
+        // T2: an absurd but well-formed hint still asks for a long wait; the class cap bounds it.
+        let max = MAX_HINT.as_millis();
+        assert_eq!(
+            hint(429, &[("retry-after-ms", "999999999999")]),
+            Some((max, HintSource::RetryAfterMs))
+        );
+        assert_eq!(
+            hint(429, &[("retry-after", "99999999999")]),
+            Some((max, HintSource::RetryAfterSeconds))
+        );
+        assert_eq!(
+            hint(503, &[("retry-after", "Fri, 01 Jan 9999 00:00:00 GMT")]),
+            Some((max, HintSource::RetryAfterDate))
+        );
     }
 
     #[test]

@@ -427,3 +427,114 @@ fn a_bad_user_rule_is_refused_naming_file_rule_and_field() {
     assert!(stderr.contains("`body`"), "{stderr}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+fn json_stdin(args: &[&str], stdin: &str) -> Value {
+    let out = rebound(args, Some(stdin));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn aws_event_stream_pseudo_headers_are_accepted() {
+    let v = json(&[
+        "classify",
+        "--provider",
+        "bedrock",
+        "--header",
+        ":exception-type: throttlingException",
+        "--header",
+        ":message-type: exception",
+        "--body",
+        r#"{"message":"Too many requests, please wait before trying again."}"#,
+        "--json",
+    ]);
+    assert_eq!(
+        (v["rule_id"].as_str(), v["class"].as_str()),
+        (Some("bedrock.frame_throttling"), Some("rate_limit"))
+    );
+    // A name is still checked.
+    assert!(refused(&["classify", "--header", ":: x"], None).contains("--header #1"));
+    assert!(refused(&["classify", "--header", ":bad name: x"], None).contains("--header #1"));
+}
+
+#[test]
+fn free_text_on_stdin_or_a_body_file_needs_no_status() {
+    let line = "Error: 429 Too Many Requests";
+    let from_stdin = json_stdin(&["classify", "--json"], line);
+    assert_eq!(from_stdin["evidence_excerpt"].as_str(), Some(line));
+    assert!(from_stdin.get("status").is_none_or(Value::is_null));
+    let dir = std::env::temp_dir().join(format!("rebound-text-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("error.txt");
+    std::fs::write(&file, line).unwrap();
+    let from_file = json(&["classify", "--body-file", file.to_str().unwrap(), "--json"]);
+    assert_eq!(from_file["evidence_excerpt"].as_str(), Some(line));
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A raw JSON body reads through --body-file -; provider and phase describe text evidence.
+    let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let raw = json_stdin(
+        &[
+            "classify",
+            "--body-file",
+            "-",
+            "--provider",
+            "anthropic",
+            "--phase",
+            "stream",
+            "--json",
+        ],
+        body,
+    );
+    assert_eq!(raw["evidence_excerpt"].as_str(), Some(body));
+    let described = json_stdin(
+        &["classify", "--provider", "anthropic", "--json"],
+        "overloaded_error: Overloaded",
+    );
+    assert!(described["evidence_excerpt"].is_string());
+}
+
+#[test]
+fn absurd_hints_are_capped_at_the_class_cap_not_dropped() {
+    // T2: 999999999999 ms is well-formed and excessive: the wait is the class cap, not backoff.
+    let v = json(&[
+        "classify",
+        "--status",
+        "429",
+        "--header",
+        "retry-after-ms: 999999999999",
+        "--attempt",
+        "1",
+        "--jitter",
+        "0",
+        "--json",
+    ]);
+    assert_eq!(
+        (
+            v["class"].as_str(),
+            v["hint_source"].as_str(),
+            v["hint_capped_ms"].as_u64(),
+            v["delay_ms"].as_u64()
+        ),
+        (
+            Some("rate_limit"),
+            Some("retry_after_ms"),
+            Some(30_000),
+            Some(30_000)
+        )
+    );
+    let out = rebound(
+        &[
+            "classify",
+            "--status",
+            "429",
+            "--header",
+            "retry-after-ms: 999999999999",
+        ],
+        None,
+    );
+    assert!(text(&out.stdout).contains("capped at 30000 ms by the class cap"));
+}

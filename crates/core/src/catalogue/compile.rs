@@ -383,8 +383,10 @@ fn compile_rule(
     let mut headers = Vec::new();
     for (name, pattern) in &file.headers {
         let field = format!("headers.{name}");
-        if name.is_empty()
-            || name
+        // A pseudo-header (AWS event-stream `:exception-type`, HTTP/2 `:status`) keeps its ':'.
+        let token = name.strip_prefix(':').unwrap_or(name);
+        if token.is_empty()
+            || token
                 .bytes()
                 .any(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
         {
