@@ -225,7 +225,7 @@ pub struct Classification {
     pub retry_forbidden: bool,
     /// The phase of the evidence.
     pub phase: Phase,
-    /// The HTTP status of the evidence.
+    /// The HTTP status of the evidence, or the one its text embeds when it carries none (C8).
     pub status: Option<u16>,
 }
 

@@ -10,7 +10,7 @@ use regex::bytes::{RegexSet, RegexSetBuilder};
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
-use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile};
+use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile, TextStatusFile};
 use super::{Catalogue, HeaderSlot, HintExtractor, HintFrom, Rule};
 use crate::classification::{Class, Code};
 use crate::evidence::TransportKind;
@@ -128,10 +128,10 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             .parse()
             .map_err(|e: toml::de::Error| ctx.err(None, e.message()))?;
         for key in table.keys() {
-            if !matches!(key.as_str(), "catalogue" | "codes" | "rule") {
+            if !matches!(key.as_str(), "catalogue" | "codes" | "rule" | "text_status") {
                 return Err(ctx.err(
                     Some(key),
-                    "unknown top-level table, expected `catalogue`, `codes` or `rule`",
+                    "unknown top-level table, expected `catalogue`, `codes`, `rule` or `text_status`",
                 ));
             }
         }
@@ -250,7 +250,38 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         }
     }
 
-    // Pass 3: one regex set over bodies, one per header name.
+    // Pass 3: where free text embeds its status (C8).
+    let mut text_status_patterns = Vec::new();
+    let mut text_status = Vec::new();
+    for (source, _, table) in &tables {
+        let Some(entries) = table.get("text_status") else {
+            continue;
+        };
+        let ctx = Ctx {
+            file: &source.name,
+            rule: None,
+        };
+        let entries = entries.as_array().ok_or_else(|| {
+            ctx.err(
+                Some("text_status"),
+                "expected an array of tables: [[text_status]]",
+            )
+        })?;
+        for (index, value) in entries.iter().enumerate() {
+            let field = format!("text_status[{}].pattern", index + 1);
+            let entry = TextStatusFile::deserialize(value.clone())
+                .map_err(|e| ctx.err(Some(&field), e.message()))?;
+            let compiled = regex(&ctx, &field, &entry.pattern)?;
+            if !compiled.capture_names().any(|n| n == Some("status")) {
+                return Err(ctx.err(Some(&field), "needs a `status` capture group"));
+            }
+            text_status_patterns.push(entry.pattern);
+            text_status.push(compiled);
+        }
+    }
+
+    // Pass 4: one regex set over bodies (rule patterns, then text-status patterns), one per
+    // header name.
     let mut body_patterns = Vec::new();
     let mut header_patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut staged = Vec::with_capacity(drafts.len());
@@ -277,6 +308,8 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         field: Some(what.to_owned()),
         message: one_line(&format!("the combined regex set does not compile: {e}")),
     };
+    let text_status_start = body_patterns.len();
+    body_patterns.extend(text_status_patterns);
     let body_set = matcher_set(&body_patterns).map_err(|e| set_err("body", e))?;
     let mut header_slots = Vec::new();
     let mut slot_of: HashMap<String, usize> = HashMap::new();
@@ -297,13 +330,15 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         .collect();
     // Highest priority first; equal priorities keep file order.
     rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
-    let needs_body = rules.iter().any(|r| r.body.is_some());
+    let needs_body = rules.iter().any(|r| r.body.is_some()) || !text_status.is_empty();
 
     Ok(Catalogue {
         version: Arc::from(version),
         rules,
         body_set,
         needs_body,
+        text_status,
+        text_status_start,
         header_slots,
         codes,
     })

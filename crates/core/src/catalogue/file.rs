@@ -121,3 +121,15 @@ pub(crate) struct RuleFile {
     #[expect(dead_code, reason = "documentation for readers of the rule files")]
     pub(crate) note: Option<String>,
 }
+
+/// One `[[text_status]]` entry: where free text embeds the HTTP status it came with (C8).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TextStatusFile {
+    /// A regex with a `status` group capturing three digits (`Error code: (?P<status>\d{3})`).
+    pub(crate) pattern: String,
+    /// Free text for readers.
+    #[serde(default)]
+    #[expect(dead_code, reason = "documentation for readers of the rule file")]
+    pub(crate) note: Option<String>,
+}

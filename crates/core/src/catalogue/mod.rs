@@ -41,6 +41,9 @@ pub struct Catalogue {
     rules: Vec<Rule>,
     body_set: RegexSet,
     needs_body: bool,
+    /// `[[text_status]]` extractors; their patterns sit in `body_set` from `text_status_start`.
+    text_status: Vec<Regex>,
+    text_status_start: usize,
     header_slots: Vec<HeaderSlot>,
     codes: BTreeMap<Code, Option<Class>>,
 }
@@ -85,8 +88,9 @@ struct Rule {
 }
 
 impl Rule {
-    /// The matchers that need no text scan.
-    fn cheap_match(&self, evidence: &Evidence) -> bool {
+    /// The matchers that need no text scan. `status` is the evidence's, or the one its text
+    /// embeds.
+    fn cheap_match(&self, evidence: &Evidence, status: Option<u16>) -> bool {
         if !self.providers.is_empty()
             && !evidence
                 .provider
@@ -96,9 +100,7 @@ impl Rule {
             return false;
         }
         if !self.status.is_empty()
-            && !evidence
-                .status
-                .is_some_and(|s| self.status.iter().any(|r| r.contains(&s)))
+            && !status.is_some_and(|s| self.status.iter().any(|r| r.contains(&s)))
         {
             return false;
         }
@@ -134,6 +136,24 @@ struct Scan<'a> {
 }
 
 impl Scan<'_> {
+    /// The status the evidence carries, or else the first one its text embeds (`Error code:
+    /// 429`, `status_code: 400`, `HTTP 429`), per the catalogue's `[[text_status]]` (C8).
+    fn status(&mut self) -> Option<u16> {
+        if self.evidence.status.is_some() {
+            return self.evidence.status;
+        }
+        let catalogue = self.catalogue;
+        if catalogue.text_status.is_empty() || self.text.is_empty() {
+            return None;
+        }
+        let text = self.text;
+        let start = catalogue.text_status_start;
+        let first = (0..catalogue.text_status.len()).find(|i| self.body_matches(start + i))?;
+        let caps = catalogue.text_status.get(first)?.captures(text)?;
+        let status: u16 = caps.name("status")?.as_str().parse().ok()?;
+        (100..=599).contains(&status).then_some(status)
+    }
+
     fn body_matches(&mut self, index: usize) -> bool {
         let (set, text) = (&self.catalogue.body_set, self.text);
         self.body
@@ -226,6 +246,7 @@ impl Catalogue {
             headers: Vec::new(),
         };
         scan.headers.resize_with(self.header_slots.len(), || None);
+        let status = scan.status();
 
         let mut best: Option<&Rule> = None;
         let mut conflicts: Vec<String> = Vec::new();
@@ -233,7 +254,7 @@ impl Catalogue {
             if best.is_some_and(|b| rule.priority < b.priority) {
                 break;
             }
-            if !rule.cheap_match(evidence) {
+            if !rule.cheap_match(evidence, status) {
                 continue;
             }
             if rule.body.is_some_and(|i| !scan.body_matches(i)) {
@@ -260,10 +281,10 @@ impl Catalogue {
             scope: Scope::Request,
             rule_id: None,
             catalogue_version: self.version.clone(),
-            hint: header_hint(evidence.status, &evidence.headers, now),
+            hint: header_hint(status, &evidence.headers, now),
             retry_forbidden,
             phase: evidence.phase,
-            status: evidence.status,
+            status,
         };
         let Some(rule) = best else {
             return out;

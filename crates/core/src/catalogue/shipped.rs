@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 11] = [
+const SHIPPED: [(&str, &str); 12] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -12,6 +12,10 @@ const SHIPPED: [(&str, &str); 11] = [
     (
         "rules/generic.toml",
         include_str!("../../../../catalogue/rules/generic.toml"),
+    ),
+    (
+        "rules/text.toml",
+        include_str!("../../../../catalogue/rules/text.toml"),
     ),
     (
         "rules/transport.toml",

@@ -283,3 +283,70 @@ fn server_headers_beat_body_hints() {
         Some(Duration::from_millis(1500))
     );
 }
+
+const TEXT_STATUS: &str = r#"
+[[text_status]]
+pattern = 'Error code: (?P<status>\d{3})'
+
+[[rule]]
+id = "t.429"
+priority = 10
+status = [429]
+code = "rate_limited"
+
+[[rule]]
+id = "t.pseudo_header"
+priority = 20
+headers = { ":exception-type" = '^throttlingException$' }
+code = "rate_limited"
+"#;
+
+#[test]
+fn text_that_embeds_a_status_is_classified_by_it() {
+    let catalogue = compile(TEXT_STATUS).unwrap();
+    let text = Evidence {
+        body: Some("RateLimitError: Error code: 429 - {'error': {}}".to_owned()),
+        ..Evidence::default()
+    };
+    let c = catalogue.classify(&text, now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
+    // The evidence's own status wins over the text's.
+    let own = Evidence {
+        status: Some(500),
+        ..text.clone()
+    };
+    assert_eq!(catalogue.classify(&own, now()).rule_id, None);
+    // Out-of-range or missing digits give no status.
+    let odd = Evidence {
+        body: Some("Error code: 999".to_owned()),
+        ..Evidence::default()
+    };
+    assert_eq!(catalogue.classify(&odd, now()).status, None);
+}
+
+#[test]
+fn a_text_status_pattern_needs_a_status_group() {
+    let e = err("[[text_status]]\npattern = 'Error code: \\d{3}'\n");
+    assert_eq!(e.field.as_deref(), Some("text_status[1].pattern"));
+    assert!(e.message.contains("status"), "{e}");
+}
+
+#[test]
+fn pseudo_header_names_are_rule_matchers() {
+    let catalogue = compile(TEXT_STATUS).unwrap();
+    let frame = Evidence {
+        headers: [(":exception-type", "throttlingException")]
+            .into_iter()
+            .collect(),
+        ..Evidence::default()
+    };
+    assert_eq!(
+        catalogue.classify(&frame, now()).rule_id.as_deref(),
+        Some("t.pseudo_header")
+    );
+    assert_eq!(
+        err("[[rule]]\nid = \"x\"\npriority = 1\nheaders = { \":\" = 'a' }\ncode = \"rate_limited\"\n")
+            .message,
+        "not a header name"
+    );
+}
