@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 12] = [
+const SHIPPED: [(&str, &str); 13] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -52,6 +52,10 @@ const SHIPPED: [(&str, &str); 12] = [
     (
         "rules/cloudflare.toml",
         include_str!("../../../../catalogue/rules/cloudflare.toml"),
+    ),
+    (
+        "rules/quota.toml",
+        include_str!("../../../../catalogue/rules/quota.toml"),
     ),
 ];
 
