@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rebound_core::Catalogue;
 
+mod corpus;
 mod fixtures;
 mod properties;
 mod turns;

@@ -1,0 +1,163 @@
+//! The corpus of real error texts (`catalogue/corpus/`): every item is classified and the
+//! figures of issue #15 are printed, for the whole corpus and for its held-out fifth apart.
+//!
+//! `cargo test -p rebound-core --test it corpus -- --nocapture` prints them. The test fails on
+//! any non-retryable item classified retryable (the unsafe mistake, goal 0) and on any
+//! miss outside the held-out fifth (those items are regressions of rules written for them).
+
+use std::path::PathBuf;
+
+use rebound_core::{Class, Evidence, Headers, Phase};
+use serde::Deserialize;
+
+use crate::{CATALOGUE, now};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CorpusFile {
+    item: Vec<Item>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Item {
+    source: String,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    status: Option<u16>,
+    #[serde(default)]
+    headers: Headers,
+    #[serde(default)]
+    phase: Phase,
+    body: String,
+    code: String,
+    class: String,
+    #[serde(default)]
+    held_out: bool,
+}
+
+/// The figures of one set of items.
+#[derive(Default)]
+struct Figures {
+    items: usize,
+    retryable: usize,
+    retryable_right: usize,
+    unsafe_retryable: usize,
+    unclassified: usize,
+    exact: usize,
+    misses: Vec<String>,
+}
+
+impl Figures {
+    #[expect(clippy::print_stdout, reason = "the figures are this test's report")]
+    fn print(&self, name: &str) {
+        let recall = if self.retryable == 0 {
+            1.0
+        } else {
+            self.retryable_right as f64 / self.retryable as f64
+        };
+        println!(
+            "{name}: {} items; retryable recall {:.3} ({}/{}); non-retryable classified retryable {}; unclassified {}; code and class exact {}/{}",
+            self.items,
+            recall,
+            self.retryable_right,
+            self.retryable,
+            self.unsafe_retryable,
+            self.unclassified,
+            self.exact,
+            self.items
+        );
+    }
+}
+
+fn is_retryable(class: Option<Class>) -> bool {
+    matches!(class, Some(Class::RateLimit | Class::Transient))
+}
+
+fn items() -> Vec<Item> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../catalogue/corpus");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .flat_map(|path| {
+            let text = std::fs::read_to_string(path).unwrap();
+            let file: CorpusFile =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            file.item
+        })
+        .collect()
+}
+
+#[test]
+fn corpus_figures() {
+    let (mut all, mut held_out) = (Figures::default(), Figures::default());
+    for item in items() {
+        let expected = Class::parse(&item.class)
+            .unwrap_or_else(|| panic!("{}: unknown class {}", item.source, item.class));
+        let evidence = Evidence {
+            provider: item.provider.clone(),
+            phase: item.phase,
+            status: item.status,
+            headers: item.headers.clone(),
+            body: Some(item.body.clone()),
+            ..Evidence::default()
+        };
+        let got = CATALOGUE.classify(&evidence, now());
+        let class = got.class();
+        let code = got.code.as_ref().map(|c| c.as_str().to_owned());
+        for figures in [Some(&mut all), item.held_out.then_some(&mut held_out)]
+            .into_iter()
+            .flatten()
+        {
+            figures.items += 1;
+            if got.class().is_none() {
+                figures.unclassified += 1;
+            }
+            if is_retryable(Some(expected)) {
+                figures.retryable += 1;
+                figures.retryable_right += usize::from(class == Some(expected));
+            } else if is_retryable(class) {
+                figures.unsafe_retryable += 1;
+            }
+            if class == Some(expected) && code.as_deref() == Some(item.code.as_str()) {
+                figures.exact += 1;
+            } else {
+                figures.misses.push(format!(
+                    "{}{}: expected {} {}, got {:?} {:?} (rule {:?})",
+                    item.source,
+                    if item.held_out { " [held out]" } else { "" },
+                    item.code,
+                    item.class,
+                    code,
+                    class.map(Class::as_str),
+                    got.rule_id
+                ));
+            }
+        }
+    }
+    all.print("corpus");
+    held_out.print("held-out fifth");
+    for miss in &all.misses {
+        println!("  miss: {miss}");
+    }
+    assert!(
+        all.items >= 5 * held_out.items.max(1) - 4,
+        "a fifth is held out"
+    );
+    assert_eq!(
+        all.unsafe_retryable, 0,
+        "non-retryable errors classified retryable"
+    );
+    let trained: Vec<_> = all
+        .misses
+        .iter()
+        .filter(|m| !m.contains("[held out]"))
+        .collect();
+    assert!(trained.is_empty(), "corpus misses: {trained:#?}");
+}
