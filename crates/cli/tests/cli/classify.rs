@@ -466,7 +466,11 @@ fn free_text_on_stdin_or_a_body_file_needs_no_status() {
     let line = "Error: 429 Too Many Requests";
     let from_stdin = json_stdin(&["classify", "--json"], line);
     assert_eq!(from_stdin["evidence_excerpt"].as_str(), Some(line));
-    assert!(from_stdin.get("status").is_none_or(Value::is_null));
+    // The text embeds its status (C8): it is used, and a 429 is a rate limit.
+    assert_eq!(
+        (from_stdin["status"].as_u64(), from_stdin["class"].as_str()),
+        (Some(429), Some("rate_limit"))
+    );
     let dir = std::env::temp_dir().join(format!("rebound-text-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("error.txt");
