@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 13] = [
+const SHIPPED: [(&str, &str); 14] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -56,6 +56,10 @@ const SHIPPED: [(&str, &str); 13] = [
     (
         "rules/quota.toml",
         include_str!("../../../../catalogue/rules/quota.toml"),
+    ),
+    (
+        "rules/mistral.toml",
+        include_str!("../../../../catalogue/rules/mistral.toml"),
     ),
 ];
 
