@@ -21,7 +21,9 @@ pub struct HealthSettings {
     pub circuit_after: u32,
     /// The first circuit window; each window that ends in a failed probe doubles it.
     pub window: Duration,
-    /// The longest circuit window.
+    /// The longest circuit window. At 8 s, T4's cap, with a first window of 1 s after 3
+    /// failures, a window never outlasts the wait a request's own transient schedule takes
+    /// after the same failure, so a sole candidate keeps exactly the T4 schedule.
     pub window_cap: Duration,
     /// The longest cooldown a hint may set (a quota reset hours away is honoured up to it).
     pub hint_cap: Duration,
@@ -35,7 +37,7 @@ impl Default for HealthSettings {
         HealthSettings {
             circuit_after: 3,
             window: Duration::from_secs(1),
-            window_cap: Duration::from_secs(30),
+            window_cap: Duration::from_secs(8),
             hint_cap: Duration::from_secs(24 * 60 * 60),
             probe_lease: Duration::from_secs(60),
         }
@@ -86,6 +88,8 @@ pub enum Gate {
     Rest {
         /// The deadline.
         until: SystemTime,
+        /// The class of the failure that set it, for the resting request's policy.
+        class: Class,
     },
 }
 
@@ -107,6 +111,8 @@ pub struct Entry {
     pub scope: Option<Scope>,
     /// The deadline, while resting.
     pub until: Option<SystemTime>,
+    /// The class of the failure that set it.
+    pub class: Option<Class>,
     /// The code of the failure that set it.
     pub code: Option<String>,
     /// The rule that classified it.
@@ -124,6 +130,7 @@ impl Entry {
             state: HealthState::Closed,
             scope: None,
             until: None,
+            class: None,
             code: None,
             rule_id: None,
             last_probe: None,
@@ -194,6 +201,7 @@ impl Health {
                 Some(started) if now < started + lease => (
                     Gate::Rest {
                         until: started + lease,
+                        class: entry.class.unwrap_or(Class::Transient),
                     },
                     None,
                 ),
@@ -207,7 +215,13 @@ impl Health {
                 }
             },
             HealthState::Cooling | HealthState::Open => match entry.until {
-                Some(until) if now < until => (Gate::Rest { until }, None),
+                Some(until) if now < until => (
+                    Gate::Rest {
+                        until,
+                        class: entry.class.unwrap_or(Class::Transient),
+                    },
+                    None,
+                ),
                 _ => {
                     let from = entry.state;
                     entry.state = HealthState::Probing;
@@ -305,6 +319,7 @@ impl Health {
         if until == deadline {
             entry.state = state;
             entry.scope = Some(classification.scope);
+            entry.class = class;
             entry.code = classification.code.as_ref().map(|c| c.as_str().to_owned());
             entry.rule_id = classification.rule_id.as_deref().map(str::to_owned);
         }

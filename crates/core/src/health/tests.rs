@@ -37,7 +37,13 @@ fn a_hint_cools_the_candidate_until_its_deadline() {
     let mut h = ledger();
     let change = h.failed("a", &failure(Class::RateLimit, Some(2)), t(0));
     assert_eq!(change.map(|c| c.to), Some(HealthState::Cooling));
-    assert_eq!(h.gate("a", t(1)).0, Gate::Rest { until: t(2) });
+    assert_eq!(
+        h.gate("a", t(1)).0,
+        Gate::Rest {
+            until: t(2),
+            class: Class::RateLimit
+        }
+    );
     assert_eq!(h.gate("b", t(1)).0, Gate::Pass);
 }
 
@@ -47,17 +53,35 @@ fn a_later_nearer_deadline_never_shortens_a_farther_one() {
     let _ = h.failed("a", &failure(Class::RateLimit, Some(20)), t(0));
     let change = h.failed("a", &failure(Class::RateLimit, Some(2)), t(1));
     assert_eq!(change, None);
-    assert_eq!(h.gate("a", t(5)).0, Gate::Rest { until: t(20) });
+    assert_eq!(
+        h.gate("a", t(5)).0,
+        Gate::Rest {
+            until: t(20),
+            class: Class::RateLimit
+        }
+    );
     // A farther one extends it.
     let _ = h.failed("a", &failure(Class::RateLimit, Some(30)), t(5));
-    assert_eq!(h.gate("a", t(25)).0, Gate::Rest { until: t(35) });
+    assert_eq!(
+        h.gate("a", t(25)).0,
+        Gate::Rest {
+            until: t(35),
+            class: Class::RateLimit
+        }
+    );
 }
 
 #[test]
 fn a_quota_reset_hours_away_is_honoured() {
     let mut h = ledger();
     let _ = h.failed("a", &failure(Class::Hard, Some(5 * 3600)), t(0));
-    assert_eq!(h.gate("a", t(3600)).0, Gate::Rest { until: t(5 * 3600) });
+    assert_eq!(
+        h.gate("a", t(3600)).0,
+        Gate::Rest {
+            until: t(5 * 3600),
+            class: Class::Hard
+        }
+    );
 }
 
 #[test]
@@ -71,7 +95,13 @@ fn consecutive_transient_failures_open_a_growing_capped_circuit() {
     assert_eq!(h.gate("a", t(0)).0, Gate::Pass);
     let _ = h.failed("a", &failure(Class::Transient, None), t(0));
     assert_eq!(h.state("a"), HealthState::Open);
-    assert_eq!(h.gate("a", t(0)).0, Gate::Rest { until: t(1) });
+    assert_eq!(
+        h.gate("a", t(0)).0,
+        Gate::Rest {
+            until: t(1),
+            class: Class::Transient
+        }
+    );
     // Each failed probe doubles the window, up to the cap.
     let mut now = t(1);
     for window in [2, 4, 4] {
@@ -79,7 +109,13 @@ fn consecutive_transient_failures_open_a_growing_capped_circuit() {
         let _ = h.failed("a", &failure(Class::Transient, None), now);
         assert_eq!(h.state("a"), HealthState::Open);
         let until = now + Duration::from_secs(window);
-        assert_eq!(h.gate("a", now).0, Gate::Rest { until });
+        assert_eq!(
+            h.gate("a", now).0,
+            Gate::Rest {
+                until,
+                class: Class::Transient
+            }
+        );
         now = until;
     }
 }
@@ -103,7 +139,13 @@ fn a_probe_that_never_reports_hands_over_after_its_lease() {
     let mut h = ledger();
     let _ = h.failed("a", &failure(Class::RateLimit, Some(2)), t(0));
     assert_eq!(h.gate("a", t(2)).0, Gate::Probe);
-    assert_eq!(h.gate("a", t(3)).0, Gate::Rest { until: t(62) });
+    assert_eq!(
+        h.gate("a", t(3)).0,
+        Gate::Rest {
+            until: t(62),
+            class: Class::RateLimit
+        }
+    );
     assert_eq!(h.gate("a", t(62)).0, Gate::Probe);
 }
 
