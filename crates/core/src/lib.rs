@@ -68,6 +68,7 @@ pub mod backoff;
 pub mod catalogue;
 pub mod classification;
 pub mod evidence;
+pub mod health;
 pub mod hint;
 pub mod policy;
 pub mod redact;
@@ -81,6 +82,7 @@ pub use classification::{
     Class, Classification, Code, Confidence, Scope, UnclassifiedReason, Verdict,
 };
 pub use evidence::{Evidence, Headers, Phase, TransportKind};
+pub use health::{Gate, Health, HealthSettings, HealthState};
 pub use hint::{Hint, HintSource};
 pub use policy::{Caller, ClassPolicy, Exhausted, Limit, Policy, ResetWait, RetryPolicy};
 pub use status::{Diagnostics, RetryStatus, StopReason, WaitKind};

@@ -240,6 +240,36 @@ impl Turn {
         }
     }
 
+    /// Passes over the current candidate while it rests in the shared health ledger (S2):
+    /// the next candidate takes over and no attempt is counted; `false` on the last one.
+    pub fn pass_over(&mut self) -> bool {
+        if self.candidate + 1 < self.route.len() {
+            self.candidate += 1;
+            self.counters = Counters::default();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Whether the current candidate's policy accepts resting from `now` until `until` for a
+    /// shared cooldown of `class` (S2): within its reset-wait maximum or its retry cap for the
+    /// class, and before the request's deadline.
+    pub fn accepts_rest(&self, class: Class, now: SystemTime, until: SystemTime) -> bool {
+        let wait = until.duration_since(now).unwrap_or(Duration::ZERO);
+        if self.deadline.is_some_and(|deadline| until > deadline) {
+            return false;
+        }
+        let policy = self
+            .route
+            .get(self.candidate)
+            .and_then(|p| p.for_class(class));
+        policy.is_some_and(|p| {
+            p.reset_wait.is_some_and(|r| wait <= r.max)
+                || p.retry.is_some_and(|r| wait <= r.backoff.cap())
+        })
+    }
+
     /// The candidate (route position) the next attempt goes to.
     pub fn candidate(&self) -> usize {
         self.candidate
