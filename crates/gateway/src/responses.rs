@@ -118,16 +118,11 @@ pub(crate) fn pinned(
     }
 }
 
-/// The most of a stream's first bytes searched for its response id.
-const WATCH_LIMIT: usize = 64 << 10;
-
-/// Finds the response id in what a Responses request's client is sent: the top-level `id`
-/// of a whole answer, or the `response.id` of a stream's first event that has one
-/// (`response.created`, `response.queued`).
+/// The response id a Responses request's client is sent: the top-level `id` of a whole
+/// answer, or, for a stream, the head its relay already read from `response.created` (or
+/// `response.queued`) once the held-back events go out.
 #[derive(Debug, Default)]
 pub(crate) struct IdWatch {
-    /// A stream's bytes so far, while no id is found.
-    seen: Vec<u8>,
     found: Option<String>,
     done: bool,
 }
@@ -148,43 +143,13 @@ impl IdWatch {
             .and_then(|a| a.id);
     }
 
-    /// Bytes of a stream.
-    pub(crate) fn stream(&mut self, bytes: &[u8]) {
-        #[derive(Deserialize)]
-        struct Event {
-            response: Option<Inner>,
-        }
-        #[derive(Deserialize)]
-        struct Inner {
-            id: Option<String>,
-        }
-        if self.done {
+    /// A stream whose events naming response `id` reached the client.
+    pub(crate) fn streamed(&mut self, id: &str) {
+        if self.done || id.is_empty() {
             return;
         }
-        self.seen.extend_from_slice(bytes);
-        let complete = self
-            .seen
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |i| i + 1);
-        for line in self.seen[..complete].split(|&b| b == b'\n') {
-            let Some(data) = line.strip_prefix(b"data:") else {
-                continue;
-            };
-            if let Ok(Event {
-                response: Some(Inner { id: Some(id) }),
-            }) = serde_json::from_slice::<Event>(data.trim_ascii())
-            {
-                self.found = Some(id);
-                break;
-            }
-        }
-        if self.found.is_some() || self.seen.len() > WATCH_LIMIT {
-            self.done = true;
-            self.seen = Vec::new();
-        } else {
-            self.seen.drain(..complete);
-        }
+        self.done = true;
+        self.found = Some(id.to_owned());
     }
 
     /// The id found, once.
@@ -198,13 +163,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_streams_id_is_found_across_chunks_in_its_first_event() {
+    fn the_first_id_seen_is_kept_once() {
         let mut watch = IdWatch::default();
-        watch.stream(b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"re");
+        watch.streamed("");
         assert_eq!(watch.take(), None);
-        watch.stream(b"sp_42\",\"status\":\"in_progress\"}}\n\n");
+        watch.streamed("resp_42");
         assert_eq!(watch.take().as_deref(), Some("resp_42"));
-        watch.stream(b"data: {\"response\":{\"id\":\"resp_other\"}}\n\n");
+        watch.streamed("resp_other");
         assert_eq!(watch.take(), None);
 
         let mut whole = IdWatch::default();

@@ -57,12 +57,7 @@ impl Downstream {
     pub(crate) async fn send(&mut self, bytes: Bytes) -> bool {
         match &mut self.body {
             _ if bytes.is_empty() => true,
-            Some(body) => {
-                if let Some(watch) = &mut self.watch {
-                    watch.stream(&bytes);
-                }
-                body.send(bytes).await
-            }
+            Some(body) => body.send(bytes).await,
             None => false,
         }
     }

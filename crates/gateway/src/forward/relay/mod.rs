@@ -75,6 +75,10 @@ pub(super) async fn relay(
             if !delivered {
                 return Attempted::Ended;
             }
+            // The held-back events, the response's id among them, go out with this step.
+            if let (Some(watch), Some(head)) = (&mut down.watch, relay.response.as_deref()) {
+                watch.streamed(&head.id);
+            }
         }
         for bytes in send.into_iter().flatten() {
             if !down.send(bytes).await {
