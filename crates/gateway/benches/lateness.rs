@@ -33,36 +33,8 @@ use rebound_gateway::{Gateway, Overrides, Server, load};
 use rebound_runtime::{HttpClient, Sleeper, SystemClock, Timeouts};
 use tokio::sync::Semaphore;
 
-/// The soak's policy: waits of 10–80 ms, enough retries that most requests recover.
-const CONFIG: &str = r#"
-[policy.rate_limit]
-retries = 10
-initial_ms = 10
-cap_ms = 80
-jitter = 0.25
-exhausted = "stop"
-
-[policy.transient]
-retries = 10
-initial_ms = 10
-cap_ms = 80
-exhausted = "stop"
-
-[[candidate]]
-id = "oa"
-protocol = "openai"
-base_url = "{openai}"
-
-[[candidate]]
-id = "an"
-protocol = "anthropic"
-base_url = "{anthropic}"
-
-[[route]]
-id = "bench"
-models = ["*"]
-candidates = ["oa", "an"]
-"#;
+/// The soak test's policy and route, measured here under real sleeps.
+const CONFIG: &str = include_str!("../tests/soak.toml");
 
 /// Each wait: how long it was asked to be, and how late it woke.
 type Record = Arc<Mutex<Vec<(Duration, Duration)>>>;

@@ -20,35 +20,7 @@ use serde_json::Value;
 
 use crate::{send, timeouts};
 
-const CONFIG: &str = r#"
-[policy.rate_limit]
-retries = 10
-initial_ms = 10
-cap_ms = 80
-jitter = 0.25
-exhausted = "stop"
-
-[policy.transient]
-retries = 10
-initial_ms = 10
-cap_ms = 80
-exhausted = "stop"
-
-[[candidate]]
-id = "oa"
-protocol = "openai"
-base_url = "{openai}"
-
-[[candidate]]
-id = "an"
-protocol = "anthropic"
-base_url = "{anthropic}"
-
-[[route]]
-id = "soak"
-models = ["*"]
-candidates = ["oa", "an"]
-"#;
+const CONFIG: &str = include_str!("../soak.toml");
 
 #[derive(Debug, Default)]
 struct Tally {
