@@ -265,38 +265,7 @@ async fn metrics_count_attempts_retries_and_recoveries() {
         reply.headers[http::header::CONTENT_TYPE],
         "application/openmetrics-text; version=1.0.0; charset=utf-8"
     );
-    let metrics = reply.text();
-    for line in [
-        "rebound_attempts_total{candidate=\"oa\"} 2",
-        "rebound_retries_total{class=\"transient\",code=\"upstream_error\"} 1",
-        "rebound_recoveries_total{class=\"transient\"} 1",
-        "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
-        "rebound_wait_seconds_count 1",
-    ] {
-        assert!(
-            metrics.lines().any(|l| l == line),
-            "missing {line}:\n{metrics}"
-        );
-    }
-    let lines: Vec<_> = g
-        .log
-        .lines()
-        .into_iter()
-        .filter(|l| l.contains(" rebound::attempt: "))
-        .collect();
-    assert_eq!(lines.len(), 2, "one line per attempt outcome: {lines:?}");
-    assert!(
-        lines[0].starts_with(
-            " INFO rebound::attempt: route=main candidate=oa attempt=1 outcome=failed phase="
-        ) && lines[0].contains(" status=502 ")
-            && lines[0].contains(" code=upstream_error class=transient ")
-            && lines[0].contains(" action=retry delay_ms="),
-        "{lines:?}"
-    );
-    assert_eq!(
-        lines[1],
-        " INFO rebound::attempt: route=main candidate=oa attempt=2 outcome=ok"
-    );
+    crate::assert_told_a_502_then_ok(&reply.text(), &g.log, "main", "oa");
 }
 
 #[tokio::test]

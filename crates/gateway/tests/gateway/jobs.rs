@@ -101,6 +101,23 @@ async fn submit(server: &Server) -> String {
         .to_owned()
 }
 
+/// `POST /v1/rebound/jobs/{id}/{action}` fenced by `generation`.
+async fn act(
+    server: &Server,
+    id: &str,
+    action: &str,
+    generation: impl serde::Serialize,
+) -> crate::Reply {
+    send(
+        server.addr(),
+        "POST",
+        &format!("/v1/rebound/jobs/{id}/{action}"),
+        &[JSON],
+        &json!({"generation": generation}).to_string(),
+    )
+    .await
+}
+
 async fn get(server: &Server, id: &str) -> Value {
     let reply = send(
         server.addr(),
@@ -234,25 +251,11 @@ async fn manual_actions_are_fenced_by_generation() {
     assert!(waiting["deadline_ms"].as_u64().unwrap() > 0);
     let generation = waiting["generation"].as_u64().unwrap();
     // A skip decided against an older generation changes nothing.
-    let stale = send(
-        server.addr(),
-        "POST",
-        &format!("/v1/rebound/jobs/{id}/skip"),
-        &[JSON],
-        &json!({"generation": generation - 1}).to_string(),
-    )
-    .await;
+    let stale = act(&server, &id, "skip", generation - 1).await;
     assert_eq!(stale.status, 409, "{}", stale.text());
     assert_eq!(store.get(&id).unwrap().generation, generation);
     // The current generation's skip moves the job on at once.
-    let skip = send(
-        server.addr(),
-        "POST",
-        &format!("/v1/rebound/jobs/{id}/skip"),
-        &[JSON],
-        &json!({"generation": generation}).to_string(),
-    )
-    .await;
+    let skip = act(&server, &id, "skip", generation).await;
     assert_eq!(skip.status, 200, "{}", skip.text());
     let done = until(&server, &id, "succeeded").await;
     assert_eq!(done["candidate"], "second");
@@ -268,14 +271,7 @@ async fn unclassified_failures_wait_for_a_human_and_stop_is_final() {
     let job = until(&server, &id, "action_required").await;
     assert_eq!(job["error"]["reason"], "unclassified");
     let generation = job["generation"].as_u64().unwrap();
-    let stop = send(
-        server.addr(),
-        "POST",
-        &format!("/v1/rebound/jobs/{id}/stop"),
-        &[JSON],
-        &json!({"generation": generation}).to_string(),
-    )
-    .await;
+    let stop = act(&server, &id, "stop", generation).await;
     assert_eq!(stop.status, 200);
     assert_eq!(get(&server, &id).await["state"], "stopped");
     assert_eq!(
@@ -589,14 +585,7 @@ async fn a_policy_snapshot_that_does_not_compile_waits_for_a_human_who_is_told_w
 
     // A manual action that needs the snapshot is refused, says why, and commits nothing.
     let generation = job["generation"].as_u64().unwrap();
-    let skip = send(
-        server.addr(),
-        "POST",
-        &format!("/v1/rebound/jobs/{id}/skip"),
-        &[JSON],
-        &json!({"generation": generation}).to_string(),
-    )
-    .await;
+    let skip = act(&server, &id, "skip", generation).await;
     assert_eq!(skip.status, 409, "{}", skip.text());
     assert!(
         skip.text().contains("rules.no_such_code") && skip.text().contains(&id),
@@ -605,14 +594,7 @@ async fn a_policy_snapshot_that_does_not_compile_waits_for_a_human_who_is_told_w
     );
     assert_eq!(store.get(&id).unwrap().generation, generation);
     // Stopping needs no policy.
-    let stop = send(
-        server.addr(),
-        "POST",
-        &format!("/v1/rebound/jobs/{id}/stop"),
-        &[JSON],
-        &json!({"generation": generation}).to_string(),
-    )
-    .await;
+    let stop = act(&server, &id, "stop", generation).await;
     assert_eq!(stop.status, 200, "{}", stop.text());
     assert_eq!(store.get(&id).unwrap().state, JobState::Stopped);
 }
@@ -625,14 +607,7 @@ async fn a_refused_manual_action_moves_no_generation_on() {
     let id = submit(&server).await;
     let done = until(&server, &id, "succeeded").await;
     let generation = done["generation"].as_u64().unwrap();
-    let retry = send(
-        server.addr(),
-        "POST",
-        &format!("/v1/rebound/jobs/{id}/retry"),
-        &[JSON],
-        &json!({"generation": generation}).to_string(),
-    )
-    .await;
+    let retry = act(&server, &id, "retry", generation).await;
     assert_eq!(retry.status, 409, "{}", retry.text());
     assert!(
         retry.text().contains("the job succeeded"),
@@ -653,34 +628,5 @@ async fn a_job_is_counted_and_logged_like_a_live_request() {
     let id = submit(&server).await;
     until(&server, &id, "succeeded").await;
     let metrics = send(server.addr(), "GET", "/metrics", &[], "").await.text();
-    for line in [
-        "rebound_attempts_total{candidate=\"first\"} 2",
-        "rebound_retries_total{class=\"transient\",code=\"upstream_error\"} 1",
-        "rebound_recoveries_total{class=\"transient\"} 1",
-        "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
-        "rebound_wait_seconds_count 1",
-    ] {
-        assert!(
-            metrics.lines().any(|l| l == line),
-            "missing {line}:\n{metrics}"
-        );
-    }
-    let lines: Vec<String> = log
-        .lines()
-        .into_iter()
-        .filter(|l| l.contains("rebound::attempt"))
-        .collect();
-    assert_eq!(lines.len(), 2, "one line per attempt outcome: {lines:?}");
-    assert!(
-        lines[0].starts_with(
-            " INFO rebound::attempt: route=jobs candidate=first attempt=1 outcome=failed phase="
-        ) && lines[0].contains(" status=502 ")
-            && lines[0].contains(" code=upstream_error class=transient ")
-            && lines[0].contains(" action=retry delay_ms="),
-        "{lines:?}"
-    );
-    assert_eq!(
-        lines[1],
-        " INFO rebound::attempt: route=jobs candidate=first attempt=2 outcome=ok"
-    );
+    crate::assert_told_a_502_then_ok(&metrics, &log, "jobs", "first");
 }

@@ -96,6 +96,38 @@ impl Logs {
     }
 }
 
+/// What `/metrics` and the log say of one request that met a 502 on `candidate` of `route`
+/// and then succeeded there: the same for a live request and a job (G6).
+pub(crate) fn assert_told_a_502_then_ok(metrics: &str, log: &Logs, route: &str, candidate: &str) {
+    for line in [
+        format!("rebound_attempts_total{{candidate=\"{candidate}\"}} 2"),
+        "rebound_retries_total{class=\"transient\",code=\"upstream_error\"} 1".to_owned(),
+        "rebound_recoveries_total{class=\"transient\"} 1".to_owned(),
+        "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1".to_owned(),
+        "rebound_wait_seconds_count 1".to_owned(),
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line}:\n{metrics}"
+        );
+    }
+    let lines: Vec<_> = log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(" rebound::attempt: "))
+        .collect();
+    assert_eq!(lines.len(), 2, "one line per attempt outcome: {lines:?}");
+    let head = format!(" INFO rebound::attempt: route={route} candidate={candidate}");
+    assert!(
+        lines[0].starts_with(&format!("{head} attempt=1 outcome=failed phase="))
+            && lines[0].contains(" status=502 ")
+            && lines[0].contains(" code=upstream_error class=transient ")
+            && lines[0].contains(" action=retry delay_ms="),
+        "{lines:?}"
+    );
+    assert_eq!(lines[1], format!("{head} attempt=2 outcome=ok"));
+}
+
 struct Sink(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for Sink {
