@@ -90,6 +90,8 @@ pub enum Gate {
         until: SystemTime,
         /// The class of the failure that set it, for the resting request's policy.
         class: Class,
+        /// Another caller's probe is in flight: the rest ends with its report.
+        behind_probe: bool,
     },
 }
 
@@ -202,6 +204,7 @@ impl Health {
                     Gate::Rest {
                         until: started + lease,
                         class: entry.class.unwrap_or(Class::Transient),
+                        behind_probe: true,
                     },
                     None,
                 ),
@@ -219,6 +222,7 @@ impl Health {
                     Gate::Rest {
                         until,
                         class: entry.class.unwrap_or(Class::Transient),
+                        behind_probe: false,
                     },
                     None,
                 ),
@@ -240,6 +244,33 @@ impl Health {
                 }
             },
         }
+    }
+
+    /// A probe that will never report (its request went away before an answer): the next
+    /// caller probes at once instead of waiting out the probe's lease.
+    pub fn abandoned(&mut self, candidate: &str, now: SystemTime) -> Option<Change> {
+        let entry = self.entries.get_mut(candidate)?;
+        if entry.state != HealthState::Probing {
+            return None;
+        }
+        entry.probe_started = None;
+        // The window already ended (a probe only starts after it): the next gate probes.
+        entry.state = HealthState::Open;
+        entry.until = Some(entry.until.unwrap_or(now));
+        if let Some(probe) = entry.last_probe.as_mut().filter(|p| p.succeeded.is_none()) {
+            probe.succeeded = Some(false);
+        }
+        Some(Change {
+            candidate: candidate.to_owned(),
+            from: HealthState::Probing,
+            to: HealthState::Open,
+            until: entry.until,
+        })
+    }
+
+    /// The entry of `candidate`, if it ever failed.
+    pub fn entry(&self, candidate: &str) -> Option<&Entry> {
+        self.entries.get(candidate)
     }
 
     /// A success of `candidate` closes its entry.

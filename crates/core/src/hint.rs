@@ -27,6 +27,9 @@ pub enum HintSource {
     RetryAfterDate,
     /// A value a catalogue rule extracted from the body or another header.
     Catalogue,
+    /// The shared health ledger's deadline for a resting candidate (S2): another request's
+    /// hint or circuit, not this request's evidence.
+    Health,
 }
 
 impl HintSource {
@@ -37,6 +40,7 @@ impl HintSource {
             HintSource::RetryAfterSeconds => "retry_after_seconds",
             HintSource::RetryAfterDate => "retry_after_date",
             HintSource::Catalogue => "catalogue",
+            HintSource::Health => "health",
         }
     }
 }

@@ -82,8 +82,8 @@ pub use classification::{
     Class, Classification, Code, Confidence, Scope, UnclassifiedReason, Verdict,
 };
 pub use evidence::{Evidence, Headers, Phase, TransportKind};
-pub use health::{Gate, Health, HealthSettings, HealthState};
+pub use health::{Change, Entry, Gate, Health, HealthSettings, HealthState};
 pub use hint::{Hint, HintSource};
 pub use policy::{Caller, ClassPolicy, Exhausted, Limit, Policy, ResetWait, RetryPolicy};
 pub use status::{Diagnostics, RetryStatus, StopReason, WaitKind};
-pub use turn::{Action, Failure, Safety, Switches, Turn, TurnSnapshot, Wait};
+pub use turn::{Action, Failure, Rest, Safety, Switches, Turn, TurnSnapshot, Wait};

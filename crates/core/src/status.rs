@@ -25,6 +25,9 @@ pub enum WaitKind {
     /// A provider's announced reset, within the reset-wait maximum (D2); it consumes no
     /// retry budget.
     ResetWait,
+    /// The candidate rests in the gateway's shared health ledger (S2): another request
+    /// learned its deadline, or its probe is in flight. No attempt was sent for it.
+    Cooldown,
 }
 
 /// The status shown while a retry waits (R3). Re-render [`RetryStatus::text`] every second
@@ -87,8 +90,10 @@ impl RetryStatus {
         if let Some(budget) = self.budget {
             let _ = write!(out, "/{budget}");
         }
-        if self.kind == WaitKind::ResetWait {
-            out.push_str(" · waiting for reset");
+        match self.kind {
+            WaitKind::ResetWait => out.push_str(" · waiting for reset"),
+            WaitKind::Cooldown => out.push_str(" · candidate cooling down"),
+            WaitKind::Backoff | WaitKind::Hint => {}
         }
         out
     }
@@ -113,6 +118,9 @@ pub enum StopReason {
     Deadline,
     /// The provider said `x-should-retry: false` (C5).
     RetryForbidden,
+    /// The only candidate left rests in the shared health ledger until a deadline beyond
+    /// what its policy accepts to wait (S2): no attempt was sent for it.
+    Resting,
 }
 
 impl StopReason {
@@ -126,6 +134,7 @@ impl StopReason {
             StopReason::Unsafe => "unsafe",
             StopReason::RetryForbidden => "retry_forbidden",
             StopReason::Deadline => "deadline",
+            StopReason::Resting => "resting",
         }
     }
 }

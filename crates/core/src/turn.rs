@@ -47,6 +47,23 @@ pub struct Failure<'a> {
     pub safety: Safety,
 }
 
+/// A candidate found resting in the shared health ledger before an attempt (S2), as the
+/// turn needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Rest<'a> {
+    /// The ledger's deadline: the cooldown's or circuit's end, or the probe's lease.
+    pub until: SystemTime,
+    /// The class of the failure that set it.
+    pub class: Class,
+    /// The window ended and another request's probe is in flight: the rest ends with its
+    /// report, and spends no budget.
+    pub behind_probe: bool,
+    /// The ledger's account of the rest, as evidence for the diagnostics of a stop.
+    pub evidence: &'a Evidence,
+    /// The classification that set the deadline.
+    pub classification: &'a Classification,
+}
+
 /// A wait before retrying the same candidate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Wait {
@@ -240,34 +257,96 @@ impl Turn {
         }
     }
 
-    /// Passes over the current candidate while it rests in the shared health ledger (S2):
-    /// the next candidate takes over and no attempt is counted; `false` on the last one.
-    pub fn pass_over(&mut self) -> bool {
+    /// Decides what follows a gate that found the current candidate resting in the shared
+    /// health ledger (S2). No attempt was sent, so none is counted:
+    /// - another candidate follows on the route: it takes over at once ([`Action::Fallback`]);
+    /// - the last candidate waits behind a probe in flight, without spending budget, up to the
+    ///   request's deadline;
+    /// - the last candidate waits out a cooldown its policy accepts, with the countdown of
+    ///   [`WaitKind::Cooldown`]: whole, within the class's reset-wait maximum (once per
+    ///   cycle); else in steps of at most the class cap, one retry each, when the retries
+    ///   left can span it;
+    /// - otherwise the turn stops at once, with the deadline in its diagnostics
+    ///   ([`StopReason::Resting`], or [`StopReason::Deadline`]).
+    pub fn on_rest(&mut self, rest: Rest<'_>, now: SystemTime) -> Action {
+        let class = rest.class;
+        let failure = Failure {
+            evidence: rest.evidence,
+            classification: rest.classification,
+            safety: Safety::Replayable,
+        };
         if self.candidate + 1 < self.route.len() {
+            if self.past_deadline(now) {
+                return self.rest_stop(StopReason::Deadline, failure, class);
+            }
             self.candidate += 1;
             self.counters = Counters::default();
-            true
-        } else {
-            false
+            return Action::Fallback {
+                candidate: self.candidate,
+                class,
+            };
         }
+        let mut until = rest.until;
+        if rest.behind_probe
+            && let Some(deadline) = self.deadline
+        {
+            until = until.min(deadline);
+        }
+        let delay = until.duration_since(now).unwrap_or(Duration::ZERO);
+        if self.past_deadline(until) || (rest.behind_probe && delay.is_zero()) {
+            return self.rest_stop(StopReason::Deadline, failure, class);
+        }
+        let policy = Arc::clone(&self.route[self.candidate]);
+        let class_policy = slot(class).and_then(|slot| Some((slot, policy.for_class(class)?)));
+        let Some((slot, class_policy)) = class_policy else {
+            return self.rest_stop(StopReason::Resting, failure, class);
+        };
+        let limit = class_policy
+            .limit_for(self.caller)
+            .unwrap_or(Limit::Count(0));
+        if rest.behind_probe {
+            let attempt = self.counters.retries[slot].max(1);
+            return self.rest(delay, attempt, limit, class, rest.classification, now);
+        }
+        if let Some(reset) = class_policy.reset_wait
+            && delay <= reset.max
+            && !self.counters.reset_waited[slot]
+        {
+            self.counters.reset_waited[slot] = true;
+            let attempt = self.counters.retries[slot] + 1;
+            return self.rest(delay, attempt, limit, class, rest.classification, now);
+        }
+        if let (Some(retry), Some(limit)) =
+            (class_policy.retry, class_policy.limit_for(self.caller))
+        {
+            let used = self.counters.retries[slot];
+            let next = used.saturating_add(1);
+            if !limit.allows(next) {
+                return self.rest_stop(StopReason::Exhausted, failure, class);
+            }
+            // The policy accepts the rest when its remaining retries, each waiting up to the
+            // class cap (T2), can span it: then it waits a capped step and asks again.
+            let cap = retry.backoff.cap();
+            let span = limit
+                .count()
+                .map(|max| cap.saturating_mul(max.saturating_sub(used)));
+            if span.is_none_or(|span| delay <= span) {
+                self.counters.retries[slot] = next;
+                let step = delay.min(cap);
+                return self.rest(step, next, limit, class, rest.classification, now);
+            }
+        }
+        self.rest_stop(StopReason::Resting, failure, class)
     }
 
-    /// Whether the current candidate's policy accepts resting from `now` until `until` for a
-    /// shared cooldown of `class` (S2): within its reset-wait maximum or its retry cap for the
-    /// class, and before the request's deadline.
-    pub fn accepts_rest(&self, class: Class, now: SystemTime, until: SystemTime) -> bool {
-        let wait = until.duration_since(now).unwrap_or(Duration::ZERO);
-        if self.deadline.is_some_and(|deadline| until > deadline) {
-            return false;
+    /// A stop at a resting candidate: the attempt in hand was never sent, so the diagnostics
+    /// count only those that were.
+    fn rest_stop(&self, reason: StopReason, failure: Failure<'_>, class: Class) -> Action {
+        let mut action = self.stop(reason, failure, Some(class));
+        if let Action::Stop(diagnostics) = &mut action {
+            diagnostics.attempts = self.attempts.saturating_sub(1);
         }
-        let policy = self
-            .route
-            .get(self.candidate)
-            .and_then(|p| p.for_class(class));
-        policy.is_some_and(|p| {
-            p.reset_wait.is_some_and(|r| wait <= r.max)
-                || p.retry.is_some_and(|r| wait <= r.backoff.cap())
-        })
+        action
     }
 
     /// The candidate (route position) the next attempt goes to.
@@ -431,6 +510,28 @@ impl Turn {
             class,
             classification.code.clone(),
         );
+        Action::Retry(Wait {
+            delay,
+            kind,
+            status,
+        })
+    }
+
+    /// A wait for a resting candidate: unlike [`Turn::wait`], no attempt failed, so none
+    /// is counted.
+    fn rest(
+        &mut self,
+        delay: Duration,
+        attempt: u32,
+        limit: Limit,
+        class: Class,
+        classification: &Classification,
+        now: SystemTime,
+    ) -> Action {
+        self.waited = self.waited.saturating_add(delay);
+        let kind = WaitKind::Cooldown;
+        let code = classification.code.clone();
+        let status = RetryStatus::new(delay, now, attempt, limit, kind, class, code);
         Action::Retry(Wait {
             delay,
             kind,

@@ -20,6 +20,8 @@
 //! - [`body`]: reading `model`/`stream` and rewriting `model` without touching other bytes.
 //! - [`shape`]: errors shaped like each provider's own.
 //! - [`jobs`]: durable jobs: the jobs API and the driver that persists every decision.
+//! - `health`: the shared health ledger as `GET /v1/rebound/health` shows it (S6); the ledger
+//!   itself is the recovery engine's, so live requests and jobs share it (S1).
 //! - [`metrics`]: what happened, counted, without secrets; `observe` counts what the recovery
 //!   loop reports, for live requests and jobs alike. Events (one per attempt outcome) go
 //!   through `tracing`; the binary chooses where they are written.
@@ -34,6 +36,7 @@ pub mod body;
 mod caller;
 pub mod config;
 pub mod forward;
+mod health;
 pub mod jobs;
 mod limit;
 pub mod metrics;

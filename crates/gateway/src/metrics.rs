@@ -15,6 +15,7 @@ use std::time::Duration;
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -116,6 +117,8 @@ pub struct Metrics {
     exhaustions: Counters<2>,
     fallbacks: Counters<2>,
     surfaces: Counters<2>,
+    rests: Counters<2>,
+    health: Family<Labels<2>, Gauge>,
     wait: Histogram,
 }
 
@@ -128,6 +131,8 @@ impl Default for Metrics {
         let exhaustions = Counters::new(["class", "code"]);
         let fallbacks = Counters::new(["class", "code"]);
         let surfaces = Counters::new(["surface", "status"]);
+        let rests = Counters::new(["candidate", "outcome"]);
+        let health = Family::<Labels<2>, Gauge>::default();
         let wait = Histogram::new(WAIT_BUCKETS);
         let mut registry = Registry::default();
         // Counters are registered without `_total`: the format adds it to their samples.
@@ -168,6 +173,18 @@ impl Default for Metrics {
              and status class (2xx, 4xx …).",
             surfaces.family.clone(),
         );
+        registry.register(
+            "rebound_health_rests",
+            "Requests that found a candidate resting in the shared health ledger, by candidate \
+             and what followed (skipped, waited, stopped): no attempt was sent for them.",
+            rests.family.clone(),
+        );
+        registry.register(
+            "rebound_candidate_health",
+            "1 for each candidate's current state in the shared health ledger (closed, \
+             cooling, open, probing), 0 for the others.",
+            health.clone(),
+        );
         registry.register_with_unit(
             "rebound_wait",
             "Time waited before retries.",
@@ -183,6 +200,8 @@ impl Default for Metrics {
             exhaustions,
             fallbacks,
             surfaces,
+            rests,
+            health,
             wait,
         }
     }
@@ -221,6 +240,27 @@ impl Metrics {
         self.fallbacks.inc([class, code]);
     }
 
+    /// A request found `candidate` resting, and `outcome` followed (skipped, waited,
+    /// stopped); a wait is observed like a retry's.
+    pub fn rest(&self, candidate: &str, outcome: &str, wait: Option<Duration>) {
+        self.rests.inc([candidate, outcome]);
+        if let Some(wait) = wait {
+            self.wait.observe(wait.as_secs_f64());
+        }
+    }
+
+    /// `candidate` is in `state` now (closed, cooling, open, probing), and in no other.
+    pub fn health_state(&self, candidate: &str, state: &str) {
+        for other in rebound_core::HealthState::ALL {
+            let labels: Labels<2> = [
+                ("candidate", LabelValue(candidate.into())),
+                ("state", LabelValue(other.as_str().into())),
+            ];
+            let value = i64::from(other.as_str() == state);
+            self.health.get_or_create(&labels).set(value);
+        }
+    }
+
     /// A client request was answered by `surface` with a status of class `status` (`2xx` …).
     pub fn answered(&self, surface: &str, status: &str) {
         self.surfaces.inc([surface, status]);
@@ -250,6 +290,8 @@ mod tests {
         m.exhaustion("transient", "bad_gateway");
         m.fallback("rate_limit", "rate_limited");
         m.recovery("transient");
+        m.rest("a", "skipped", None);
+        m.health_state("a", "cooling");
         let text = m.render();
         for line in [
             "rebound_requests_total{protocol=\"openai\",outcome=\"recovered\"} 1",
@@ -259,6 +301,9 @@ mod tests {
             "rebound_exhaustions_total{class=\"transient\",code=\"bad_gateway\"} 1",
             "rebound_fallbacks_total{class=\"rate_limit\",code=\"rate_limited\"} 1",
             "rebound_recoveries_total{class=\"transient\"} 1",
+            "rebound_health_rests_total{candidate=\"a\",outcome=\"skipped\"} 1",
+            "rebound_candidate_health{candidate=\"a\",state=\"cooling\"} 1",
+            "rebound_candidate_health{candidate=\"a\",state=\"closed\"} 0",
             "# TYPE rebound_wait_seconds histogram",
             "rebound_wait_seconds_bucket{le=\"0.1\"} 1",
             "rebound_wait_seconds_bucket{le=\"2.0\"} 2",

@@ -100,6 +100,17 @@ pub(crate) fn count<'a>(
                 }
             }
         }
+        Report::Rested(decision) => {
+            let candidate = candidate_id(decision.candidate);
+            match &decision.action {
+                Action::Retry(wait) => metrics.rest(candidate, "waited", Some(wait.delay)),
+                Action::Fallback { .. } => metrics.rest(candidate, "skipped", None),
+                Action::Stop(_) => {
+                    metrics.rest(candidate, "stopped", None);
+                    metrics.request(protocol, "error");
+                }
+            }
+        }
         Report::Ended => metrics.request(protocol, "client_gone"),
     }
 }

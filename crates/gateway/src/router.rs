@@ -60,7 +60,10 @@ impl Surface {
             (_, p) if p.starts_with("/v1/responses/") => Surface::StoredResponse,
             (&Method::GET, "/v1/models") => Surface::Models,
             (&Method::GET | &Method::HEAD, "/")
-            | (&Method::GET, "/metrics" | "/healthz" | "/v1/rebound/policies") => Surface::Rebound,
+            | (
+                &Method::GET,
+                "/metrics" | "/healthz" | "/v1/rebound/policies" | "/v1/rebound/health",
+            ) => Surface::Rebound,
             (_, p) if p == "/v1/rebound/jobs" || p.starts_with("/v1/rebound/jobs/") => {
                 Surface::Rebound
             }
@@ -133,7 +136,7 @@ async fn serve(gateway: &Arc<Gateway>, surface: Surface, req: Request<Incoming>)
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 &format!(
-                    "rebound serves no {} {} (its own paths are /v1/rebound/policies and /v1/rebound/jobs)",
+                    "rebound serves no {} {} (its own paths are /v1/rebound/policies, /v1/rebound/health and /v1/rebound/jobs)",
                     req.method(),
                     req.uri().path()
                 ),
@@ -155,6 +158,11 @@ async fn rebound(gateway: Arc<Gateway>, req: Request<Incoming>) -> Response<Body
         ),
         (&Method::GET, "/healthz") => full(StatusCode::OK, "text/plain", "ok\n"),
         (&Method::GET, "/v1/rebound/policies") => policies(&gateway),
+        (&Method::GET, "/v1/rebound/health") => full(
+            StatusCode::OK,
+            "application/json",
+            crate::health::view(&gateway).to_string(),
+        ),
         (method, path) => {
             let (method, path) = (method.clone(), path.to_owned());
             let (parts, body) = req.into_parts();

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use rebound_core::Catalogue;
-use rebound_runtime::{Clock, Engine, HttpClient, Sleeper};
+use rebound_core::{Catalogue, HealthState};
+use rebound_runtime::{Clock, Engine, HttpClient, SharedHealth, Sleeper};
 
 use crate::config::Config;
 use crate::jobs::ledger::Jobs;
@@ -18,7 +18,7 @@ pub struct Gateway {
     pub(crate) config: Config,
     pub(crate) client: HttpClient,
     pub(crate) engine: Engine,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
     pub(crate) jobs: Option<Jobs>,
     /// Which candidate made each response id of the Responses API rebound relayed.
     pub(crate) responses: Homes,
@@ -28,11 +28,24 @@ impl Gateway {
     /// A gateway for `config`, on the wall clock. It logs through `tracing`: what it logs goes
     /// wherever the process's subscriber sends it.
     pub fn new(config: Config, client: HttpClient, catalogue: Arc<Catalogue>) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        let mut engine = Engine::new(catalogue);
+        if let Some(settings) = config.health.clone() {
+            // Every configured candidate starts closed, so each has its gauges from the start.
+            for candidate in config.routes.iter().flat_map(|r| r.candidates.iter()) {
+                metrics.health_state(&candidate.id, HealthState::Closed.as_str());
+            }
+            let gauges = Arc::clone(&metrics);
+            let health = SharedHealth::new(settings).with_observer(Box::new(move |change| {
+                gauges.health_state(&change.candidate, change.to.as_str());
+            }));
+            engine = engine.with_health(Arc::new(health));
+        }
         Gateway {
             config,
             client,
-            engine: Engine::new(catalogue),
-            metrics: Metrics::default(),
+            engine,
+            metrics,
             jobs: None,
             responses: Homes::default(),
         }

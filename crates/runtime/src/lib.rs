@@ -18,6 +18,7 @@
 //! - [`attempt`]: one attempt's outcome and the evidence a failed one leaves behind.
 //! - [`driver`]: the [`Runtime`] (client, one policy object, recovery engine) and the
 //!   [`TurnDriver`] that runs one request at a time as a host of the loop.
+//! - [`health`]: the health ledger every recovery of an engine shares (S1–S3).
 //! - [`time`]: the clock and the one way to wait, virtual in tests.
 //! - [`event`]: what the caller hears: text, reasoning, discard, retrying, fallback, error,
 //!   end.
@@ -71,6 +72,7 @@
 pub mod attempt;
 pub mod driver;
 pub mod event;
+pub mod health;
 pub mod http;
 pub mod provider;
 mod reading;
@@ -81,7 +83,10 @@ pub mod time;
 pub use attempt::{Attempted, Failed};
 pub use driver::{Runtime, TurnDriver, TurnError};
 pub use event::{Event, EventSink, Outcome};
+pub use health::SharedHealth;
 pub use http::{HttpClient, Timeouts};
 pub use provider::{Api, ModelResponse, Protocol, Provider, ToolCall};
 pub use recovery::{Decision, Ending, Engine, Flow, Host, Report, recover};
-pub use time::{Clock, HeldSleeper, Sleeper, SystemClock, TokioSleeper, VirtualTime, Wait, Waits};
+pub use time::{
+    Clock, HeldSleeper, ManualTime, Sleeper, SystemClock, TokioSleeper, VirtualTime, Wait, Waits,
+};

@@ -15,9 +15,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use rebound_core::backoff::Jitter;
-use rebound_core::{Action, Catalogue, Classification, Diagnostics, Failure, Turn, Wait};
+use rebound_core::classification::{Confidence, Verdict};
+use rebound_core::hint::{Hint, HintSource};
+use rebound_core::{
+    Action, Catalogue, Classification, Diagnostics, Evidence, Failure, Gate, Phase, Rest, Safety,
+    Turn, Wait,
+};
 
 use crate::attempt::{Attempted, Failed};
+use crate::health::SharedHealth;
 use crate::time::{Clock, Sleeper, SystemClock, TokioSleeper};
 
 /// What every recovery shares: the catalogue, the clock, the sleeper and the jitter source
@@ -27,6 +33,7 @@ pub struct Engine {
     clock: Arc<dyn Clock>,
     sleeper: Arc<dyn Sleeper>,
     rng: Mutex<fastrand::Rng>,
+    health: Option<Arc<SharedHealth>>,
 }
 
 impl Engine {
@@ -37,7 +44,20 @@ impl Engine {
             clock: Arc::new(SystemClock),
             sleeper: Arc::new(TokioSleeper),
             rng: Mutex::new(fastrand::Rng::new()),
+            health: None,
         }
+    }
+
+    /// Shares `health` between every recovery of this engine (S1): attempts consult it
+    /// first, and every outcome is reported to it.
+    pub fn with_health(mut self, health: Arc<SharedHealth>) -> Self {
+        self.health = Some(health);
+        self
+    }
+
+    /// The shared health ledger, if there is one.
+    pub fn health(&self) -> Option<&Arc<SharedHealth>> {
+        self.health.as_ref()
     }
 
     /// Replaces the clock and the sleeper (tests use [`VirtualTime`](crate::VirtualTime)).
@@ -102,6 +122,9 @@ pub struct Decision {
     pub classification: Classification,
     /// What the turn decided.
     pub action: Action,
+    /// The candidate rested in the shared health ledger and no attempt was sent (S2): the
+    /// classification is the ledger's, the failure another request's.
+    pub rested: bool,
 }
 
 impl Decision {
@@ -141,6 +164,9 @@ pub enum Report<'a> {
     },
     /// A failure was decided.
     Decided(&'a Decision),
+    /// A candidate resting in the shared health ledger was passed over, waited for or
+    /// stopped at, without an attempt (S2).
+    Rested(&'a Decision),
     /// Whoever waited went away.
     Ended,
 }
@@ -164,8 +190,9 @@ pub enum Ending<S, R> {
 pub trait Host {
     /// A success.
     type Success;
-    /// The host's own record of a failure (see [`Failed::detail`]).
-    type Detail;
+    /// The host's own record of a failure (see [`Failed::detail`]); its default is the
+    /// record of a rest, which sent nothing.
+    type Detail: Default;
     /// What ending with the terminal error answers.
     type Stopped;
 
@@ -258,11 +285,22 @@ pub async fn recover<H: Host>(
         }
         let candidate = turn.as_ref().map_or(0, Turn::candidate);
         let attempt = turn.as_ref().map_or(1, Turn::attempt);
+        // Boxed: the ledger's step costs nothing on the task of a request that passes it.
+        let probe = match Box::pin(consult(engine, host, turn, deadline, candidate, attempt)).await
+        {
+            Consulted::Go { probe } => probe,
+            Consulted::Again => continue,
+            Consulted::Stopped(stopped) => return Ending::Stopped(stopped),
+            Consulted::Ended => return Ending::Ended,
+        };
         host.report(Report::Attempting { candidate, attempt });
         // Boxed, like every step below: a long stream's task then holds only the step it is
         // in, not room for the largest one.
         let failed = match Box::pin(host.attempt(candidate, attempt)).await {
             Attempted::Succeeded(success) => {
+                if let Some(health) = engine.health() {
+                    health.succeeded(host.candidate_id(candidate));
+                }
                 if let Some(turn) = turn {
                     turn.on_success();
                 }
@@ -270,6 +308,9 @@ pub async fn recover<H: Host>(
                 return Ending::Succeeded(success);
             }
             Attempted::Ended => {
+                if let Some(health) = engine.health().filter(|_| probe) {
+                    health.abandoned(host.candidate_id(candidate), engine.clock().now());
+                }
                 host.report(Report::Ended);
                 return Ending::Ended;
             }
@@ -311,14 +352,40 @@ async fn after_failure<H: Host>(
     attempt: u32,
 ) -> Next<H::Stopped> {
     let decision = decide(engine, turn, &failed, candidate, attempt);
+    if let Some(health) = engine.health() {
+        let now = engine.clock().now();
+        health.failed(host.candidate_id(candidate), &decision.classification, now);
+    }
     log_decision(host, &failed, &decision);
     host.report(Report::Decided(&decision));
     if host.commit(&failed, &decision, turn).await == Flow::End {
         return Next::Ended;
     }
     let class = decision.class();
+    carry_out(host, failed, decision, attempt, class, None).await
+}
+
+/// Carries out a committed decision. A wait for a resting candidate ends early when the
+/// ledger changes (`changes`): a probe reported, or another deadline was learned.
+async fn carry_out<H: Host>(
+    host: &mut H,
+    failed: Failed<H::Detail>,
+    decision: Decision,
+    attempt: u32,
+    class: &'static str,
+    changes: Option<tokio::sync::watch::Receiver<u64>>,
+) -> Next<H::Stopped> {
     let flow = match decision.action {
-        Action::Retry(wait) => host.wait(&failed, &wait, attempt).await,
+        Action::Retry(wait) => match changes {
+            Some(mut changes) => {
+                tokio::select! {
+                    flow = host.wait(&failed, &wait, attempt) => flow,
+                    // A closed ledger cannot change again: the wait runs out.
+                    Ok(()) = changes.changed() => Flow::Continue,
+                }
+            }
+            None => host.wait(&failed, &wait, attempt).await,
+        },
         Action::Fallback { candidate, .. } => host.fall_back(&failed, candidate, attempt).await,
         Action::Stop(diagnostics) => {
             return Next::Stopped(host.stop(failed, diagnostics, attempt).await);
@@ -361,6 +428,130 @@ fn decide<D>(
         attempt,
         classification,
         action,
+        rested: false,
+    }
+}
+
+/// What the ledger's step before an attempt leaves.
+enum Consulted<R> {
+    /// Send the attempt; `probe`: it is the one probe of an ended window (S3).
+    Go {
+        /// Whether the attempt probes.
+        probe: bool,
+    },
+    /// The turn moved on (another candidate, or a rest ended): start the step again.
+    Again,
+    /// The turn stopped at a resting candidate; the host delivered the terminal error.
+    Stopped(R),
+    /// Whoever waited went away.
+    Ended,
+}
+
+/// Asks the shared health ledger before an attempt (S2, S3). A resting candidate is passed
+/// over, waited for, or stopped at as the turn decides ([`Turn::on_rest`]); the decision is
+/// logged, reported, committed and carried out like a failure's, without an attempt.
+async fn consult<H: Host>(
+    engine: &Engine,
+    host: &mut H,
+    turn: &mut Option<Turn>,
+    deadline: Option<std::time::SystemTime>,
+    candidate: usize,
+    attempt: u32,
+) -> Consulted<H::Stopped> {
+    let Some(health) = engine.health() else {
+        return Consulted::Go { probe: false };
+    };
+    let now = engine.clock().now();
+    // Taken before the gate, so that no change between the gate and the rest is missed.
+    let changes = health.subscribe();
+    let key = host.candidate_id(candidate);
+    let (until, class, behind_probe) = match health.gate(key, now) {
+        Gate::Pass => return Consulted::Go { probe: false },
+        Gate::Probe => return Consulted::Go { probe: true },
+        Gate::Rest {
+            until,
+            class,
+            behind_probe,
+        } => (until, class, behind_probe),
+    };
+    let entry = health.entry(key);
+    let state = entry.as_ref().map_or("cooling", |e| e.state.as_str());
+    let code = entry.as_ref().and_then(|e| e.code.clone());
+    let left = until.duration_since(now).unwrap_or_default();
+    let evidence = Evidence {
+        body: Some(format!(
+            "rebound: candidate `{key}` is {} until {} ({:.1}s from now, {}{}){}",
+            if behind_probe { "being probed" } else { state },
+            httpdate::fmt_http_date(until),
+            left.as_secs_f64(),
+            class.as_str(),
+            code.as_deref().map(|c| format!(" {c}")).unwrap_or_default(),
+            if behind_probe {
+                ""
+            } else {
+                ": its policy accepts no wait that long"
+            },
+        )),
+        phase: Phase::Setup,
+        ..Evidence::default()
+    };
+    let classification = Classification {
+        verdict: Verdict::Classified(class),
+        code: code.as_deref().map(rebound_core::Code::new),
+        confidence: Confidence::High,
+        scope: entry
+            .as_ref()
+            .and_then(|e| e.scope)
+            .unwrap_or(rebound_core::classification::Scope::Provider),
+        rule_id: entry.and_then(|e| e.rule_id).map(Arc::from),
+        catalogue_version: Arc::from(engine.catalogue().version()),
+        hint: Some(Hint {
+            delay: left,
+            source: HintSource::Health,
+        }),
+        retry_forbidden: false,
+        phase: Phase::Setup,
+        status: None,
+    };
+    let turn = turn.get_or_insert_with(|| host.new_turn());
+    turn.set_deadline(deadline);
+    let rest = Rest {
+        until,
+        class,
+        behind_probe,
+        evidence: &evidence,
+        classification: &classification,
+    };
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the recovery loop is the one place a rest is decided"
+    )]
+    let action = turn.on_rest(rest, now);
+    let decision = Decision {
+        candidate,
+        attempt,
+        classification,
+        action,
+        rested: true,
+    };
+    let failed = Failed {
+        evidence,
+        delivered: false,
+        safety: Safety::Replayable,
+        detail: H::Detail::default(),
+    };
+    log_decision(host, &failed, &decision);
+    host.report(Report::Rested(&decision));
+    if host.commit(&failed, &decision, turn).await == Flow::End {
+        return Consulted::Ended;
+    }
+    let class = decision.class();
+    // The attempt in hand was not sent: the host counts those that were.
+    let sent = attempt.saturating_sub(1);
+    match carry_out(host, failed, decision, sent, class, Some(changes)).await {
+        Next::Attempt(_) => Consulted::Again,
+        Next::Stopped(stopped) => Consulted::Stopped(stopped),
+        Next::Ended => Consulted::Ended,
     }
 }
 
@@ -402,7 +593,7 @@ fn log_decision<H: Host>(host: &H, failed: &Failed<H::Detail>, decision: &Decisi
                 route = %host.route_id(),
                 candidate = %host.candidate_id(decision.candidate),
                 attempt = decision.attempt,
-                outcome = %"failed",
+                outcome = %if decision.rested { "rested" } else { "failed" },
                 phase = %evidence.phase.as_str(),
                 status = evidence.status,
                 transport = evidence.transport.map(|t| display(t.as_str())),

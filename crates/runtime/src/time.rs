@@ -1,5 +1,5 @@
 //! Where time comes from and the one way to wait (T5, T6): the wall clock and tokio's timer in
-//! production, [`VirtualTime`] and [`HeldSleeper`] in tests.
+//! production, [`VirtualTime`], [`HeldSleeper`] and [`ManualTime`] in tests.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -140,6 +140,120 @@ impl Sleeper for HeldSleeper {
         Box::pin(async move {
             std::future::pending::<()>().await;
             drop(parked);
+        })
+    }
+}
+
+/// Time the test moves by hand: the clock stands still until [`ManualTime::advance`], and a
+/// sleep ends when the clock reaches its end. Many concurrent waits (a crowd of requests
+/// resting behind one deadline) then end together, exactly when the test says, and
+/// [`ManualTime::sleeping`] tells the test when they have all begun.
+#[derive(Debug)]
+pub struct ManualTime {
+    state: Mutex<Manual>,
+    changed: tokio::sync::watch::Sender<()>,
+}
+
+#[derive(Debug)]
+struct Manual {
+    origin: SystemTime,
+    now: SystemTime,
+    sleepers: Vec<(SystemTime, tokio::sync::oneshot::Sender<()>)>,
+}
+
+impl ManualTime {
+    /// Manual time starting at `origin`.
+    pub fn starting_at(origin: SystemTime) -> Arc<Self> {
+        Arc::new(ManualTime {
+            state: Mutex::new(Manual {
+                origin,
+                now: origin,
+                sleepers: Vec::new(),
+            }),
+            changed: tokio::sync::watch::Sender::new(()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Manual> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves the clock forward by `by` and ends every sleep that is due.
+    pub fn advance(&self, by: Duration) {
+        let mut state = self.lock();
+        state.now += by;
+        let now = state.now;
+        let (due, pending): (Vec<_>, Vec<_>) =
+            state.sleepers.drain(..).partition(|(end, _)| *end <= now);
+        state.sleepers = pending;
+        drop(state);
+        for (_, wake) in due {
+            let _ = wake.send(());
+        }
+        self.changed.send_replace(());
+    }
+
+    /// Time moved on since the origin.
+    pub fn elapsed(&self) -> Duration {
+        let state = self.lock();
+        state.now.duration_since(state.origin).unwrap_or_default()
+    }
+
+    /// How far the clock must move for the nearest running sleep to end.
+    pub fn next_wake(&self) -> Option<Duration> {
+        let state = self.lock();
+        state
+            .sleepers
+            .iter()
+            .filter(|(_, wake)| !wake.is_closed())
+            .map(|(end, _)| end.duration_since(state.now).unwrap_or_default())
+            .min()
+    }
+
+    /// How many sleeps are running.
+    pub fn sleeping(&self) -> usize {
+        self.lock()
+            .sleepers
+            .iter()
+            .filter(|(_, wake)| !wake.is_closed())
+            .count()
+    }
+
+    /// Waits until at least `n` sleeps run, or `limit` passes (which only bounds a broken
+    /// build: in a working one the sleeps begin as soon as the requests reach them).
+    pub async fn until_sleeping(&self, n: usize, limit: Duration) -> bool {
+        let mut changed = self.changed.subscribe();
+        let reached = async {
+            while self.sleeping() < n {
+                if changed.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        tokio::time::timeout(limit, reached).await.is_ok()
+    }
+}
+
+impl Clock for ManualTime {
+    fn now(&self) -> SystemTime {
+        self.lock().now
+    }
+}
+
+impl Sleeper for ManualTime {
+    fn sleep(&self, delay: Duration) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        if delay.is_zero() {
+            return Box::pin(std::future::ready(()));
+        }
+        let (wake, woken) = tokio::sync::oneshot::channel();
+        {
+            let mut state = self.lock();
+            let end = state.now + delay;
+            state.sleepers.push((end, wake));
+        }
+        self.changed.send_replace(());
+        Box::pin(async move {
+            let _ = woken.await;
         })
     }
 }

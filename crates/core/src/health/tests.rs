@@ -41,7 +41,8 @@ fn a_hint_cools_the_candidate_until_its_deadline() {
         h.gate("a", t(1)).0,
         Gate::Rest {
             until: t(2),
-            class: Class::RateLimit
+            class: Class::RateLimit,
+            behind_probe: false,
         }
     );
     assert_eq!(h.gate("b", t(1)).0, Gate::Pass);
@@ -57,7 +58,8 @@ fn a_later_nearer_deadline_never_shortens_a_farther_one() {
         h.gate("a", t(5)).0,
         Gate::Rest {
             until: t(20),
-            class: Class::RateLimit
+            class: Class::RateLimit,
+            behind_probe: false,
         }
     );
     // A farther one extends it.
@@ -66,7 +68,8 @@ fn a_later_nearer_deadline_never_shortens_a_farther_one() {
         h.gate("a", t(25)).0,
         Gate::Rest {
             until: t(35),
-            class: Class::RateLimit
+            class: Class::RateLimit,
+            behind_probe: false,
         }
     );
 }
@@ -79,7 +82,8 @@ fn a_quota_reset_hours_away_is_honoured() {
         h.gate("a", t(3600)).0,
         Gate::Rest {
             until: t(5 * 3600),
-            class: Class::Hard
+            class: Class::Hard,
+            behind_probe: false,
         }
     );
 }
@@ -99,7 +103,8 @@ fn consecutive_transient_failures_open_a_growing_capped_circuit() {
         h.gate("a", t(0)).0,
         Gate::Rest {
             until: t(1),
-            class: Class::Transient
+            class: Class::Transient,
+            behind_probe: false,
         }
     );
     // Each failed probe doubles the window, up to the cap.
@@ -113,7 +118,8 @@ fn consecutive_transient_failures_open_a_growing_capped_circuit() {
             h.gate("a", now).0,
             Gate::Rest {
                 until,
-                class: Class::Transient
+                class: Class::Transient,
+                behind_probe: false,
             }
         );
         now = until;
@@ -143,7 +149,8 @@ fn a_probe_that_never_reports_hands_over_after_its_lease() {
         h.gate("a", t(3)).0,
         Gate::Rest {
             until: t(62),
-            class: Class::RateLimit
+            class: Class::RateLimit,
+            behind_probe: true,
         }
     );
     assert_eq!(h.gate("a", t(62)).0, Gate::Probe);
@@ -168,4 +175,19 @@ fn a_success_resets_the_consecutive_count() {
     let _ = h.succeeded("a");
     let _ = h.failed("a", &failure(Class::Transient, None), t(0));
     assert_eq!(h.gate("a", t(0)).0, Gate::Pass);
+}
+
+#[test]
+fn an_abandoned_probe_lets_the_next_caller_probe_at_once() {
+    let mut h = ledger();
+    let _ = h.failed("a", &failure(Class::RateLimit, Some(2)), t(0));
+    assert_eq!(h.gate("a", t(2)).0, Gate::Probe);
+    let change = h.abandoned("a", t(3)).map(|c| c.to);
+    assert_eq!(change, Some(HealthState::Open));
+    assert_eq!(h.gate("a", t(3)).0, Gate::Probe);
+    // Nothing to abandon on a closed or cooling entry.
+    assert_eq!(h.abandoned("b", t(3)), None);
+    let _ = h.failed("c", &failure(Class::RateLimit, Some(9)), t(0));
+    assert_eq!(h.abandoned("c", t(3)), None);
+    assert!(matches!(h.gate("c", t(3)).0, Gate::Rest { until, .. } if until == t(9)));
 }

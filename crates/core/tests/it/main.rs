@@ -17,6 +17,7 @@ use rebound_core::Catalogue;
 mod corpus;
 mod fixtures;
 mod properties;
+mod rests;
 mod turns;
 
 /// The fixed "now" of every test: 2026-11-30T15:00:00Z.

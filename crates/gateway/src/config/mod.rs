@@ -11,6 +11,7 @@ use rebound_runtime::Protocol;
 use serde::Deserialize;
 
 mod backlog;
+mod health;
 mod keys;
 mod policy;
 mod route;
@@ -101,6 +102,8 @@ struct ConfigFile {
     max_connections: Option<usize>,
     /// The default request deadline of every route (D6).
     deadline_ms: Option<u64>,
+    #[serde(default)]
+    health: health::HealthFile,
     #[serde(default)]
     policy: PolicyFile,
     #[serde(default)]
@@ -211,6 +214,8 @@ pub struct Config {
     /// configured): [`DEFAULT_MAX_CONNECTIONS`], or what the process's open-files limit allows
     /// when the caller knows it (see [`Config::connections_for_open_files`]).
     pub max_connections: Option<usize>,
+    /// The shared health ledger's settings (`[health]`); `None` when it is turned off.
+    pub health: Option<rebound_core::HealthSettings>,
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -316,6 +321,8 @@ pub fn load_with(
             ),
         ));
     }
+    let health =
+        health::settings(&parsed.health).map_err(|(key, message)| err(Some(key), message))?;
     let body_limit = parsed.body_limit_bytes.unwrap_or(DEFAULT_BODY_LIMIT);
     if body_limit == 0 {
         return Err(err(
@@ -526,6 +533,7 @@ pub fn load_with(
         store_path,
         header_read_timeout,
         max_connections: parsed.max_connections,
+        health,
     };
     // Every key loaded is a secret from now on: redacted by value wherever text leaves.
     rebound_core::redact::secrets::remember(config.secrets());

@@ -198,6 +198,26 @@ pub(crate) fn rebound_headers(
     headers.insert(HeaderName::from_static(route_name), route.id_header());
 }
 
+/// The header that names the candidates a request passed over because they rested in the
+/// shared health ledger (S2), in order: `x-rebound-skipped: primary,secondary`.
+pub(super) const SKIPPED: &str = "x-rebound-skipped";
+
+/// `skipped` with candidate `id` added.
+pub(super) fn skip(skipped: Option<HeaderValue>, id: &str) -> Option<HeaderValue> {
+    let list = match skipped.as_ref().and_then(|v| v.to_str().ok()) {
+        Some(list) => format!("{list},{id}"),
+        None => id.to_owned(),
+    };
+    HeaderValue::from_str(&list).ok().or(skipped)
+}
+
+/// Adds `x-rebound-skipped` when the request passed a candidate over.
+pub(super) fn skipped_header(headers: &mut HeaderMap, skipped: Option<&HeaderValue>) {
+    if let Some(value) = skipped {
+        headers.insert(HeaderName::from_static(SKIPPED), value.clone());
+    }
+}
+
 /// rebound's headers of the attempt that reached content, as an SSE comment: for a stream
 /// the countdown committed earlier, whose headers counted only the attempts made by then.
 /// `: rebound attempts=3 candidate=backup route=default`

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode, header};
-use rebound_core::{Caller, Diagnostics, RetryStatus, Turn, Wait};
-use rebound_runtime::{Attempted, Flow, Host, Report};
+use rebound_core::{Action, Caller, Diagnostics, RetryStatus, Turn, Wait};
+use rebound_runtime::{Attempted, Decision, Flow, Host, Report};
 
 use super::downstream::{Downstream, Head};
-use super::headers::{give_up, rebound_headers};
+use super::headers::{give_up, rebound_headers, skip, skipped_header};
 use super::outcome::{Attempt, Detail, FailedAttempt};
 use super::terminal::terminal;
 use super::{LiveRequest, RESTART_EVENT, upstream};
@@ -62,6 +62,7 @@ impl LiveHost {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
         give_up(&mut headers);
         rebound_headers(&mut headers, attempts, &candidate, &self.request.route);
+        skipped_header(&mut headers, self.request.skipped.as_ref());
         self.down.respond(Head {
             status: StatusCode::OK,
             headers,
@@ -133,6 +134,17 @@ impl Host for LiveHost {
             self.request.gateway.responses.remember(&id, &chosen);
         }
         attempted
+    }
+
+    /// A candidate passed over as resting (S2) is named in `x-rebound-skipped`.
+    async fn commit(&mut self, _failed: &FailedAttempt, decision: &Decision, _turn: &Turn) -> Flow {
+        if decision.rested
+            && matches!(decision.action, Action::Fallback { .. })
+            && let Some(candidate) = self.candidate(decision.candidate).cloned()
+        {
+            self.request.skipped = skip(self.request.skipped.take(), &candidate.id);
+        }
+        Flow::Continue
     }
 
     async fn wait(&mut self, failed: &FailedAttempt, wait: &Wait, attempt: u32) -> Flow {

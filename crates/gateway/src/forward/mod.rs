@@ -51,6 +51,8 @@ pub(crate) struct LiveRequest {
     pub(crate) stream: bool,
     /// The client asked for restart markers (`x-rebound-replay: restart`).
     pub(crate) restart: bool,
+    /// The candidates passed over as resting (S2), for `x-rebound-skipped`.
+    pub(crate) skipped: Option<http::HeaderValue>,
 }
 
 /// Takes a model request (`POST /v1/chat/completions`, `POST /v1/responses`,
@@ -168,6 +170,7 @@ pub(crate) async fn accept(
         body: if stream { detached_body(body) } else { body },
         stream,
         restart,
+        skipped: None,
     };
     tokio::spawn(run(request, head_tx, body_tx));
     match head_rx.await {
@@ -242,6 +245,7 @@ mod tests {
             body: Bytes::new(),
             stream: true,
             restart: false,
+            skipped: None,
         };
         let (head, _) = tokio::sync::oneshot::channel();
         let (body, _) = crate::reply::pipe::pipe();

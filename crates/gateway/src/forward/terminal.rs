@@ -13,7 +13,7 @@ use rebound_runtime::Api;
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::{give_up, rebound_headers};
+use super::headers::{give_up, rebound_headers, skipped_header};
 use super::outcome::FailedAttempt;
 use crate::config::Candidate;
 use crate::shape;
@@ -86,6 +86,13 @@ pub(super) async fn terminal(
     let FailedAttempt {
         evidence, detail, ..
     } = failed;
+    // A stop at a candidate resting in the shared health ledger (S2) sent nothing: no
+    // status, transport failure or event of its own. It answers like the failure that set
+    // the rest, with the time left as `retry-after`.
+    let resting = evidence.status.is_none()
+        && evidence.transport.is_none()
+        && evidence.sse_event.is_none()
+        && detail.upstream_error.is_none();
     let (status, body) = match &detail.upstream_error {
         Some((status, body)) => (
             *status,
@@ -93,6 +100,10 @@ pub(super) async fn terminal(
         ),
         None => {
             let status = match (evidence.sse_event.as_deref(), evidence.transport) {
+                _ if resting => match class {
+                    "rate_limit" | "hard" => 429,
+                    _ => 503,
+                },
                 (Some("overloaded_error"), _) => 529,
                 (Some(kind), _) if kind.contains("rate_limit") => 429,
                 (
@@ -131,6 +142,10 @@ pub(super) async fn terminal(
     );
     give_up(&mut headers);
     rebound_headers(&mut headers, attempts, candidate, &request.route);
+    skipped_header(&mut headers, request.skipped.as_ref());
+    if resting && let Some(ms) = diagnostics.hint_ms {
+        headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
+    }
     down.respond(Head {
         status,
         headers,

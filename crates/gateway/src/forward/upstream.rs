@@ -13,7 +13,9 @@ use rebound_runtime::provider::{AnswerError, answer_failure};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
-use super::headers::{forwarded_headers, kept_on_give_up, rebound_headers, relayable};
+use super::headers::{
+    forwarded_headers, kept_on_give_up, rebound_headers, relayable, skipped_header,
+};
 use super::outcome::{Attempt, Detail, failure};
 use super::relay::{Relay, relay};
 use crate::config::Candidate;
@@ -100,6 +102,7 @@ pub(super) async fn attempt(
     // A stream does not keep the upstream's head.
     drop(parts);
     rebound_headers(&mut headers, attempts, candidate, &request.route);
+    skipped_header(&mut headers, request.skipped.as_ref());
     if !request.stream {
         let bytes = match Box::pin(read_whole(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
             Ok(bytes) => bytes,
@@ -245,6 +248,7 @@ mod tests {
             body: Bytes::from_static(br#"{"model":"gpt-test","input":"hi"}"#),
             stream: false,
             restart: false,
+            skipped: None,
         };
         let (head, head_rx) = tokio::sync::oneshot::channel();
         run(request, head, None).await;

@@ -39,6 +39,7 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
         job: None,
         candidate: None,
         started: SystemTime::UNIX_EPOCH,
+        in_flight: false,
     };
     let mut turn = None;
     let _ = recover(&gateway.engine, &mut host, &mut turn).await;
@@ -57,6 +58,8 @@ struct JobHost<'a> {
     candidate: Option<Arc<Candidate>>,
     /// When the attempt in flight was dispatched.
     started: SystemTime,
+    /// An attempt is on record as dispatched and not yet finished.
+    in_flight: bool,
 }
 
 impl JobHost<'_> {
@@ -72,24 +75,48 @@ impl JobHost<'_> {
         let wait = job.deadline.map_or(Duration::ZERO, |deadline| {
             deadline.duration_since(now).unwrap_or(Duration::ZERO)
         });
-        tokio::select! {
-            () = self.gateway.sleeper().sleep(wait) => {
-                let now = self.gateway.clock().now();
-                let moved = self.jobs.transition(&job.id, job.generation, now, |j| {
-                    j.state = JobState::Pending;
-                    j.deadline = None;
-                    vec![]
-                }).await;
-                if let Ok(job) = moved {
-                    self.jobs.publish(&job);
-                }
+        // A wait for a resting candidate ends early when the ledger changes (S2, S3).
+        let mut changes = self
+            .gateway
+            .engine
+            .health()
+            .filter(|_| job.pending_outcome.as_deref() == Some(COOLDOWN))
+            .map(|health| health.subscribe());
+        let ledger_changed = async {
+            if let Some(changes) = changes.as_mut()
+                && changes.changed().await.is_ok()
+            {
+                return;
             }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = ledger_changed => self.due(job).await,
+            () = self.gateway.sleeper().sleep(wait) => self.due(job).await,
             () = self.waker.notified() => {}
         }
     }
 
-    /// Records a pending job's attempt as possibly sent (P1, P3) and loads its turn.
-    async fn dispatch(&mut self, job: JobRecord, turn: &mut Option<Turn>) -> Flow {
+    /// A waiting job's wait is over: it is pending again. Fenced: a manual action since the
+    /// job was read wins.
+    async fn due(&self, job: &JobRecord) {
+        let now = self.gateway.clock().now();
+        let moved = self
+            .jobs
+            .transition(&job.id, job.generation, now, |j| {
+                j.state = JobState::Pending;
+                j.deadline = None;
+                vec![]
+            })
+            .await;
+        if let Ok(job) = moved {
+            self.jobs.publish(&job);
+        }
+    }
+
+    /// Loads a pending job's candidate and turn. Nothing is on record yet: the shared health
+    /// ledger may still pass the candidate over or rest it (S2) before anything is sent.
+    async fn load(&mut self, job: JobRecord, turn: &mut Option<Turn>) -> Flow {
         let now = self.gateway.clock().now();
         let Some(candidate) = candidate_of(self.gateway, &job) else {
             let gone = json!({"reason": "candidate_gone", "message": "the job's candidate is no longer configured"});
@@ -108,9 +135,19 @@ impl JobHost<'_> {
                 return Flow::End;
             }
         };
-        let restored = Turn::restore(policies, Caller::Session, &job.turn);
-        let number = restored.attempt();
-        let candidate_id = candidate.id.clone();
+        *turn = Some(Turn::restore(policies, Caller::Session, &job.turn));
+        self.job = Some(job);
+        self.candidate = Some(candidate);
+        self.in_flight = false;
+        Flow::Continue
+    }
+
+    /// Records the attempt as possibly sent (P1, P3), before a byte leaves; `None` when the
+    /// job moved on meanwhile (a manual action, another owner).
+    async fn dispatch(&mut self, number: u32) -> Option<JobRecord> {
+        let job = self.job.clone()?;
+        let candidate_id = self.candidate.as_ref()?.id.clone();
+        let now = self.gateway.clock().now();
         let dispatched = self
             .jobs
             .transition(&job.id, job.generation, now, move |j| {
@@ -121,16 +158,13 @@ impl JobHost<'_> {
                     now,
                 ))]
             })
-            .await;
-        let Ok(job) = dispatched else {
-            return Flow::End;
-        };
-        self.jobs.publish(&job);
-        self.job = Some(job);
-        self.candidate = Some(candidate);
+            .await
+            .ok()?;
+        self.jobs.publish(&dispatched);
+        self.job = Some(dispatched.clone());
         self.started = now;
-        *turn = Some(restored);
-        Flow::Continue
+        self.in_flight = true;
+        Some(dispatched)
     }
 
     /// The record of the attempt in flight, finished now.
@@ -178,7 +212,7 @@ impl Host for JobHost<'_> {
                 return Flow::End;
             };
             match job.state {
-                JobState::Pending => return self.dispatch(job, turn).await,
+                JobState::Pending => return self.load(job, turn).await,
                 JobState::Waiting => self.wait_for_deadline(&job).await,
                 // Final, waiting for a human, or owned by another driver.
                 _ => return Flow::End,
@@ -187,7 +221,10 @@ impl Host for JobHost<'_> {
     }
 
     async fn attempt(&mut self, _candidate: usize, attempt: u32) -> Attempted<(), ()> {
-        let (Some(job), Some(candidate)) = (self.job.clone(), self.candidate.clone()) else {
+        let Some(candidate) = self.candidate.clone() else {
+            return Attempted::Ended;
+        };
+        let Some(job) = self.dispatch(attempt).await else {
             return Attempted::Ended;
         };
         let (status, body) = match send(self.gateway, &candidate, &job).await {
@@ -225,6 +262,8 @@ impl Host for JobHost<'_> {
             return Flow::End;
         };
         let classification = &decision.classification;
+        // A rest sent nothing: there is no attempt to finish (S2).
+        let in_flight = std::mem::take(&mut self.in_flight);
         let mut record = self.finished_attempt(decision.attempt, AttemptOutcome::Failed);
         record.status = failed.evidence.status;
         record.code = classification.code.as_ref().map(|c| c.to_string());
@@ -246,7 +285,11 @@ impl Host for JobHost<'_> {
                 j.classification = Some(recorded.clone());
                 j.turn = snapshot.clone();
                 apply(j, &action, now);
-                vec![AttemptOp::Finish(record.clone())]
+                if in_flight {
+                    vec![AttemptOp::Finish(record.clone())]
+                } else {
+                    vec![]
+                }
             })
             .await;
         match result {
@@ -283,6 +326,10 @@ impl Host for JobHost<'_> {
     }
 }
 
+/// The pending outcome of a job that waits for a candidate resting in the shared health
+/// ledger: its wait also ends when the ledger changes (a probe reported).
+const COOLDOWN: &str = "cooldown";
+
 /// What a decision makes of the job's record.
 fn apply(job: &mut JobRecord, action: &Action, now: SystemTime) {
     match action {
@@ -291,7 +338,8 @@ fn apply(job: &mut JobRecord, action: &Action, now: SystemTime) {
             job.deadline = Some(now + wait.delay);
             job.pending_outcome = Some(match wait.kind {
                 WaitKind::ResetWait => "reset_wait".into(),
-                _ => "retry".into(),
+                WaitKind::Cooldown => COOLDOWN.into(),
+                WaitKind::Backoff | WaitKind::Hint => "retry".into(),
             });
         }
         Action::Fallback { .. } => {

@@ -85,7 +85,7 @@ fn job_body() -> String {
 }
 
 /// Submits the standard job; its id.
-async fn submit(server: &Server) -> String {
+pub(crate) async fn submit(server: &Server) -> String {
     let reply = send(
         server.addr(),
         "POST",
@@ -133,7 +133,7 @@ async fn get(server: &Server, id: &str) -> Value {
 /// Follows the job's event stream until it shows `state`; then the whole job, with its
 /// attempts. The stream ends by itself once the job is done or needs action, and a bound on
 /// the whole wait turns a hang into a failure that lists the states seen.
-async fn until(server: &Server, id: &str, state: &str) -> Value {
+pub(crate) async fn until(server: &Server, id: &str, state: &str) -> Value {
     let mut seen = Vec::new();
     let reached = tokio::time::timeout(
         Duration::from_secs(10),

@@ -13,6 +13,7 @@ mod caller;
 mod failover;
 mod front;
 mod give_up;
+mod health;
 mod http2;
 mod jobs;
 mod passthrough;
