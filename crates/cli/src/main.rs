@@ -50,6 +50,7 @@ enum Command {
     /// Explain a provider failure: its code, class, rule, timing hint and the wait before a retry.
     Classify(classify::ClassifyArgs),
     /// Run the OpenAI- and Anthropic-compatible recovery gateway.
+    #[command(after_help = serve::after_help())]
     Serve(serve::ServeArgs),
     /// Durable jobs on a running gateway: list, show, retry, skip, stop.
     Jobs(jobs::JobsArgs),

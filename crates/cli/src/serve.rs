@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Args;
 use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
-use rebound_runtime::{HttpClient, Timeouts};
+use rebound_runtime::HttpClient;
 use rebound_store::SqliteStore;
 
 use crate::bad_input;
@@ -44,6 +44,43 @@ pub(crate) struct ServeArgs {
     log_format: LogFormat,
 }
 
+/// What `serve --help` tells after the options: the attempt timeouts and the shared health
+/// ledger's settings, with their defaults (set in the config file).
+pub(crate) fn after_help() -> String {
+    let t = rebound_runtime::Timeouts::default();
+    let h = rebound_core::HealthSettings::default();
+    let ms = |d: std::time::Duration| d.as_millis();
+    format!(
+        "Attempt timeouts (config `[timeouts]`, or `timeouts = {{ … }}` on a candidate; each expiry is \
+a transient failure, and a candidate silent to the first byte or first content hands over to \
+the next one on its route):
+  connect_ms            {:>9}  connecting (gateway-wide)
+  first_byte_ms         {:>9}  request to response headers, non-streaming (the whole answer)
+  stream_first_byte_ms  {:>9}  request to response headers, streaming
+  first_content_ms      {:>9}  stream headers to first content (time to first token)
+  stream_idle_ms        {:>9}  longest quiet gap in a stream
+
+Shared health (config `[health]`; `enabled = false` turns it off): a server's reset hint cools a \
+candidate down for every request and job; consecutive transient failures open a circuit; one \
+request probes when it ends. GET /v1/rebound/health shows it.
+  circuit_after         {:>9}  consecutive transient failures that open a circuit
+  window_ms             {:>9}  first circuit window (doubles after each failed probe)
+  window_cap_ms         {:>9}  longest circuit window
+  hint_cap_ms           {:>9}  longest cooldown a hint may set
+  probe_lease_ms        {:>9}  how long a probe may run before another request probes",
+        ms(t.connect),
+        ms(t.first_byte),
+        ms(t.stream_first_byte),
+        ms(t.first_content),
+        ms(t.idle),
+        h.circuit_after,
+        ms(h.window),
+        ms(h.window_cap),
+        ms(h.hint_cap),
+        ms(h.probe_lease),
+    )
+}
+
 pub(crate) fn run(args: ServeArgs) -> Result<()> {
     // Written until `run` returns, the last lines on the way out.
     let _log = crate::log::install(args.log_format)?;
@@ -76,7 +113,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
         config.listen_backlog
     );
-    let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
+    let client = HttpClient::new(config.client_timeouts()).context("setting up TLS")?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

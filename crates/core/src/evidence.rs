@@ -60,6 +60,9 @@ pub enum TransportKind {
     Timeout,
     /// A stream went quiet for longer than the allowed gap between events.
     IdleTimeout,
+    /// A stream's headers came but no content (text, thinking, a tool call) within the
+    /// first-content timeout: time to first token (S5).
+    FirstContentTimeout,
     /// The body could not be decoded (bad gzip, invalid chunk framing, invalid UTF-8 in SSE).
     BodyDecode,
     /// The body ended before it was complete (a chunked stream without its last chunk).
@@ -68,7 +71,7 @@ pub enum TransportKind {
 
 impl TransportKind {
     /// Every kind, in declaration order.
-    pub const ALL: [TransportKind; 9] = [
+    pub const ALL: [TransportKind; 10] = [
         TransportKind::ConnectionRefused,
         TransportKind::ConnectionReset,
         TransportKind::Dns,
@@ -76,6 +79,7 @@ impl TransportKind {
         TransportKind::ConnectTimeout,
         TransportKind::Timeout,
         TransportKind::IdleTimeout,
+        TransportKind::FirstContentTimeout,
         TransportKind::BodyDecode,
         TransportKind::Truncated,
     ];
@@ -90,6 +94,7 @@ impl TransportKind {
             TransportKind::ConnectTimeout => "connect_timeout",
             TransportKind::Timeout => "timeout",
             TransportKind::IdleTimeout => "idle_timeout",
+            TransportKind::FirstContentTimeout => "first_content_timeout",
             TransportKind::BodyDecode => "body_decode",
             TransportKind::Truncated => "truncated",
         }

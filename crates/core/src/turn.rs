@@ -15,6 +15,9 @@
 //! 3. a retry while the class's budget lasts (T1–T4 give the delay), unless the provider said
 //!    `x-should-retry: false`;
 //! 4. the exhausted outcome: `skip` to the next candidate, or `stop`.
+//!
+//! A candidate that stayed silent (a first-byte or first-content timeout, [`SILENT`]) is not
+//! retried when the route has another candidate: the next one takes over at once (S5).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -129,6 +132,10 @@ pub struct TurnSnapshot {
 /// for one model's context may fit another's. Repetition repairs none of them, and no model
 /// repairs a malformed request or a content filter's refusal.
 pub const MODEL_REPAIRABLE: &[&str] = &["context_overflow"];
+
+/// The codes of a candidate that accepted a request and stayed silent: no response headers
+/// within the first-byte timeout, or no content within the first-content timeout (S5).
+pub const SILENT: &[&str] = &["response_timeout", "first_content_timeout"];
 
 /// Where a `terminal` failure that another model can repair switches at once (D6).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -412,6 +419,24 @@ impl Turn {
                 None => self.stop(StopReason::Terminal, failure, Some(class)),
             };
         };
+        // A silent candidate is better skipped than waited on twice (S5): after a timeout
+        // before the first byte or the first content, the next candidate takes over.
+        let silent = classification
+            .code
+            .as_ref()
+            .is_some_and(|code| SILENT.contains(&code.as_str()));
+        if silent && self.candidate + 1 < self.route.len() {
+            if self.past_deadline(now) {
+                return self.stop(StopReason::Deadline, failure, Some(class));
+            }
+            self.candidate += 1;
+            self.counters = Counters::default();
+            self.attempts += 1;
+            return Action::Fallback {
+                candidate: self.candidate,
+                class,
+            };
+        }
         let policy = Arc::clone(&self.route[self.candidate]);
         let Some(class_policy) = policy.for_class(class) else {
             return self.stop(StopReason::Terminal, failure, Some(class));

@@ -369,3 +369,31 @@ fn an_echoed_key_of_unknown_shape_is_in_no_log_line_and_the_banner_says_where_ke
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn serve_help_names_every_timeout_and_health_setting_with_its_default() {
+    // S5, S6: the settings a user tunes during an outage are one `--help` away.
+    let out = Command::new(env!("CARGO_BIN_EXE_rebound"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for (key, default) in [
+        ("connect_ms", "10000"),
+        ("first_byte_ms", "600000"),
+        ("stream_first_byte_ms", "60000"),
+        ("first_content_ms", "120000"),
+        ("stream_idle_ms", "60000"),
+        ("circuit_after", "3"),
+        ("window_ms", "1000"),
+        ("probe_lease_ms", "60000"),
+    ] {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{key} "))
+                    && l.split_whitespace().nth(1) == Some(default)),
+            "{key} {default}:\n{help}"
+        );
+    }
+}

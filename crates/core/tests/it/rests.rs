@@ -1,4 +1,5 @@
-//! A turn before a candidate that rests in the shared health ledger (S2): passed over when
+//! A turn before a candidate that rests in the shared health ledger (S2), or after one that
+//! stayed silent (S5). A resting candidate is passed over when
 //! another candidate can serve, waited for within the policy when it is the last, a stop at
 //! once (with the deadline) beyond it. No rest counts as an attempt.
 
@@ -183,4 +184,38 @@ fn a_cooldown_that_ends_after_the_requests_deadline_stops_at_once() {
         rest(&mut turn, Class::RateLimit, now() + Duration::from_secs(2), false),
         Action::Stop(d) if d.reason == StopReason::Deadline
     ));
+}
+
+#[test]
+fn a_silent_candidate_hands_over_to_the_next_at_once() {
+    use rebound_core::{Failure, Phase, Safety, TransportKind};
+    // S5: no headers within the first-byte timeout, or no content within the first-content
+    // timeout: the next candidate, with no retry of the silent one.
+    for transport in [TransportKind::Timeout, TransportKind::FirstContentTimeout] {
+        let evidence = Evidence {
+            transport: Some(transport),
+            phase: Phase::Setup,
+            body: Some("no answer".to_owned()),
+            ..Evidence::default()
+        };
+        let classification = CATALOGUE.classify(&evidence, now());
+        let failure = || Failure {
+            evidence: &evidence,
+            classification: &classification,
+            safety: Safety::Replayable,
+        };
+        let mut turn = route(2);
+        let action = turn.on_failure(failure(), now(), rebound_core::Jitter::new(0.5));
+        assert_eq!(
+            action,
+            Action::Fallback {
+                candidate: 1,
+                class: Class::Transient
+            },
+            "{transport:?}"
+        );
+        // The last candidate retries it on its schedule.
+        let action = turn.on_failure(failure(), now(), rebound_core::Jitter::new(0.5));
+        assert!(matches!(action, Action::Retry(_)), "{transport:?}");
+    }
 }

@@ -8,18 +8,21 @@ use std::sync::Arc;
 
 use rebound_core::Policy;
 use rebound_runtime::Protocol;
-use serde::Deserialize;
 
 mod backlog;
+mod file;
 mod health;
 mod keys;
 mod policy;
 mod route;
+mod timeouts;
 
 pub use backlog::DEFAULT_LISTEN_BACKLOG;
+use file::{ConfigFile, compile_switch};
 pub use keys::CLIENT_CREDENTIAL_HEADERS;
-use policy::{PolicyFile, compile_policy};
+use policy::compile_policy;
 pub use route::{Candidate, Route, Routes, Switch, matches_pattern};
+pub use timeouts::TimeoutOverrides;
 
 /// The default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
@@ -87,106 +90,6 @@ impl fmt::Display for ConfigError {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConfigFile {
-    listen: Option<String>,
-    #[serde(default)]
-    gateway_key_envs: Vec<String>,
-    #[serde(default)]
-    strip_headers: Vec<String>,
-    listen_backlog: Option<u32>,
-    body_limit_bytes: Option<usize>,
-    store_path: Option<String>,
-    header_read_timeout_ms: Option<u64>,
-    max_connections: Option<usize>,
-    /// The default request deadline of every route (D6).
-    deadline_ms: Option<u64>,
-    #[serde(default)]
-    health: health::HealthFile,
-    #[serde(default)]
-    policy: PolicyFile,
-    #[serde(default)]
-    candidate: Vec<CandidateFile>,
-    #[serde(default)]
-    route: Vec<RouteFile>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CandidateFile {
-    id: String,
-    protocol: String,
-    base_url: String,
-    api_key_env: Option<String>,
-    model: Option<String>,
-    provider: Option<String>,
-    #[serde(default)]
-    http2: bool,
-    /// The model's context window in tokens, so a switch on context overflow skips
-    /// candidates that are no larger (D6).
-    context_window: Option<u64>,
-    #[serde(default)]
-    policy: PolicyFile,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RouteFile {
-    id: String,
-    models: Vec<String>,
-    candidates: Vec<String>,
-    /// This route's request deadline, instead of the global one (D6).
-    deadline_ms: Option<u64>,
-    /// Per terminal code another model can repair: the candidates to switch to (D6).
-    #[serde(default)]
-    switch: BTreeMap<String, SwitchTargets>,
-}
-
-/// One candidate id, or several in order of preference.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum SwitchTargets {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl SwitchTargets {
-    fn ids(&self) -> &[String] {
-        match self {
-            SwitchTargets::One(id) => std::slice::from_ref(id),
-            SwitchTargets::Many(ids) => ids,
-        }
-    }
-}
-
-/// A route's `switch` table, checked: codes another model can repair, targets on the route.
-fn compile_switch(r: &RouteFile) -> Result<Switch, (Option<String>, String)> {
-    let mut switch = Vec::new();
-    for (code, targets) in &r.switch {
-        let key = Some(format!("route.{}.switch.{code}", r.id));
-        if !rebound_core::turn::MODEL_REPAIRABLE.contains(&code.as_str()) {
-            return Err((
-                key,
-                format!(
-                    "`{code}` is not a failure another model can repair; expected {}",
-                    rebound_core::turn::MODEL_REPAIRABLE.join(", ")
-                ),
-            ));
-        }
-        if targets.ids().is_empty() {
-            return Err((key, "names no candidate".into()));
-        }
-        for id in targets.ids() {
-            if !r.candidates.contains(id) {
-                return Err((key, format!("`{id}` is not one of the route's candidates")));
-            }
-        }
-        switch.push((rebound_core::Code::new(code), targets.ids().to_vec()));
-    }
-    Ok(switch)
-}
-
 /// The validated configuration.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -216,6 +119,22 @@ pub struct Config {
     pub max_connections: Option<usize>,
     /// The shared health ledger's settings (`[health]`); `None` when it is turned off.
     pub health: Option<rebound_core::HealthSettings>,
+    /// The gateway's attempt timeouts (`[timeouts]`, S5), over the client's defaults; each
+    /// candidate holds these merged with its own.
+    pub timeouts: TimeoutOverrides,
+    /// The connect timeout (`[timeouts] connect_ms`), gateway-wide.
+    pub connect_timeout: Option<std::time::Duration>,
+}
+
+impl Config {
+    /// The timeouts the upstream client is built with: its defaults under `[timeouts]`.
+    pub fn client_timeouts(&self) -> rebound_runtime::Timeouts {
+        let mut timeouts = self.timeouts.resolve(rebound_runtime::Timeouts::default());
+        if let Some(connect) = self.connect_timeout {
+            timeouts.connect = connect;
+        }
+        timeouts
+    }
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -323,6 +242,9 @@ pub fn load_with(
     }
     let health =
         health::settings(&parsed.health).map_err(|(key, message)| err(Some(key), message))?;
+    let (global_timeouts, connect_timeout) =
+        timeouts::overrides(&parsed.timeouts, "timeouts", true)
+            .map_err(|(key, message)| err(Some(key), message))?;
     let body_limit = parsed.body_limit_bytes.unwrap_or(DEFAULT_BODY_LIMIT);
     if body_limit == 0 {
         return Err(err(
@@ -385,6 +307,9 @@ pub fn load_with(
             &catalogue,
         )
         .map_err(|(key, message)| err(Some(key), message))?;
+        let (own_timeouts, _) =
+            timeouts::overrides(&c.timeouts, &format!("candidate.{}.timeouts", c.id), false)
+                .map_err(|(key, message)| err(Some(key), message))?;
         let candidate = Candidate::new(route::Declared {
             id: c.id.clone(),
             protocol,
@@ -397,6 +322,7 @@ pub fn load_with(
                 Protocol::Anthropic => "anthropic".into(),
             }),
             http2: c.http2 || overrides.upstream_http2,
+            timeouts: own_timeouts.or(global_timeouts),
             context_window: match c.context_window {
                 Some(0) => return Err(err(at("context_window"), "must be more than 0".into())),
                 window => window,
@@ -534,6 +460,8 @@ pub fn load_with(
         header_read_timeout,
         max_connections: parsed.max_connections,
         health,
+        timeouts: global_timeouts,
+        connect_timeout,
     };
     // Every key loaded is a secret from now on: redacted by value wherever text leaves.
     rebound_core::redact::secrets::remember(config.secrets());

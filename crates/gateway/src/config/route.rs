@@ -29,6 +29,8 @@ pub struct Candidate {
     pub provider: String,
     /// Speak HTTP/2 to it: one connection carries every concurrent request.
     pub http2: bool,
+    /// Its attempt timeouts over the client's (S5).
+    pub timeouts: super::TimeoutOverrides,
     /// Its model's context window in tokens, where declared (D6).
     pub context_window: Option<u64>,
     /// Its per-class policy (D1): the configured one, else the interactive preset.
@@ -55,6 +57,7 @@ pub(super) struct Declared {
     pub(super) model: Option<String>,
     pub(super) provider: String,
     pub(super) http2: bool,
+    pub(super) timeouts: super::TimeoutOverrides,
     pub(super) context_window: Option<u64>,
     pub(super) policy: Arc<Policy>,
     /// The configuration set its policy, or every candidate's.
@@ -103,6 +106,7 @@ impl Candidate {
             model,
             provider,
             http2,
+            timeouts,
             context_window,
             policy,
             policy_set,
@@ -171,6 +175,7 @@ impl Candidate {
             model,
             provider,
             http2,
+            timeouts,
             context_window,
             policy_before_fallback: if policy_set {
                 Arc::clone(&policy)

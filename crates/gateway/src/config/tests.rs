@@ -508,3 +508,70 @@ fn a_switch_names_a_repairable_code_and_a_candidate_of_its_route() {
         assert!(e.to_string().starts_with("rebound.toml: "), "{e}");
     }
 }
+
+/// The commented-out `[health]` and `[timeouts]` blocks of the example, uncommented: the
+/// defaults they show are the defaults (S1, S5).
+#[test]
+fn the_example_shows_the_true_health_and_timeout_defaults() {
+    let text = include_str!("../../../../examples/rebound.toml");
+    let block = |table: &str| -> String {
+        let mut lines = text
+            .lines()
+            .skip_while(|l| *l != format!("# [{table}]"))
+            .take_while(|l| l.starts_with('#'));
+        lines
+            .by_ref()
+            .map(|l| l.trim_start_matches('#').trim_start())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let uncommented = format!(
+        "{}\n{}\n[[candidate]]\nid = \"a\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"a\"]\n",
+        block("health"),
+        block("timeouts")
+    );
+    assert!(uncommented.contains("[health]") && uncommented.contains("[timeouts]"));
+    let c = load(
+        "example",
+        &uncommented,
+        &Overrides::default(),
+        &[("X", "y")],
+    )
+    .unwrap();
+    assert_eq!(c.health, Some(rebound_core::HealthSettings::default()));
+    assert_eq!(c.client_timeouts(), rebound_runtime::Timeouts::default());
+}
+
+#[test]
+fn a_candidates_timeouts_stand_over_the_gateways() {
+    let text = r#"
+[timeouts]
+first_content_ms = 30000
+stream_idle_ms = 20000
+
+[[candidate]]
+id = "slow"
+protocol = "openai"
+base_url = "http://127.0.0.1:1/v1"
+timeouts = { first_content_ms = 600000 }
+
+[[route]]
+id = "r"
+models = ["*"]
+candidates = ["slow"]
+"#;
+    let c = load("t.toml", text, &Overrides::default(), &[("X", "y")]).unwrap();
+    let route = c.route("m", Protocol::OpenAi).unwrap();
+    let t = route.candidates[0]
+        .timeouts
+        .resolve(rebound_runtime::Timeouts::default());
+    assert_eq!(t.first_content, Duration::from_secs(600));
+    assert_eq!(t.idle, Duration::from_secs(20));
+    assert_eq!(t.first_byte, Duration::from_secs(600));
+    let bad = text.replace("first_content_ms = 600000", "stream_idle_ms = 0");
+    let e = load("t.toml", &bad, &Overrides::default(), &[("X", "y")]).unwrap_err();
+    assert_eq!(
+        e.key.as_deref(),
+        Some("candidate.slow.timeouts.stream_idle_ms")
+    );
+}

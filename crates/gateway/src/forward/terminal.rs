@@ -111,6 +111,7 @@ pub(super) async fn terminal(
                     Some(
                         TransportKind::Timeout
                         | TransportKind::IdleTimeout
+                        | TransportKind::FirstContentTimeout
                         | TransportKind::ConnectTimeout,
                     ),
                 ) => 504,

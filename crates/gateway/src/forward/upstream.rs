@@ -70,17 +70,24 @@ pub(super) async fn attempt(
             return transport_failure(candidate, failure);
         }
     };
+    // The candidate's own timeouts over the client's (S5).
+    let timeouts = candidate.timeouts.resolve(gateway.client.timeouts());
+    let first_byte = if request.stream {
+        timeouts.stream_first_byte
+    } else {
+        timeouts.first_byte
+    };
     let sent = tokio::select! {
         biased;
         _ = down.gone() => return Attempted::Ended,
-        sent = Box::pin(gateway.client.send(upstream)) => sent,
+        sent = Box::pin(gateway.client.send_within(upstream, first_byte)) => sent,
     };
     let response = match sent {
         Ok(response) => response,
         Err(failure) => return transport_failure(candidate, failure),
     };
     let (parts, mut body) = response.into_parts();
-    let idle = gateway.client.timeouts().idle;
+    let idle = timeouts.idle;
     if !parts.status.is_success() {
         let bytes = match Box::pin(read_error_body(&mut body, idle, down.gone())).await {
             ErrorBody::Read(bytes) => bytes,
@@ -154,7 +161,11 @@ pub(super) async fn attempt(
         headers,
         candidate.provider.clone(),
     );
-    Box::pin(relay(relay_state, idle, &mut body, down)).await
+    let limits = super::relay::Limits {
+        idle,
+        first_content: timeouts.first_content,
+    };
+    Box::pin(relay(relay_state, limits, &mut body, down)).await
 }
 
 #[cfg(test)]

@@ -382,13 +382,14 @@ async fn send(
             )
         })?;
     candidate.authorize(request.headers_mut());
+    let timeouts = candidate.timeouts.resolve(gateway.client.timeouts());
     let response = gateway
         .client
-        .send(request)
+        .send_within(request, timeouts.first_byte)
         .await
         .map_err(|failure| transport_evidence(provider, failure, Phase::Setup))?;
     let (parts, mut body) = response.into_parts();
-    let idle = gateway.client.timeouts().idle;
+    let idle = timeouts.idle;
     // Nothing waits on a connection for a job: it is never cancelled.
     if !parts.status.is_success() {
         let bytes = match read_error_body(&mut body, idle, std::future::pending()).await {

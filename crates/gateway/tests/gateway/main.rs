@@ -20,6 +20,7 @@ mod passthrough;
 mod recovery;
 mod responses;
 mod secrets;
+mod silence;
 mod soak;
 mod streams;
 mod tokens;
@@ -41,7 +42,9 @@ pub(crate) fn timeouts() -> Timeouts {
     Timeouts {
         connect: Duration::from_secs(2),
         first_byte: Duration::from_secs(5),
+        stream_first_byte: Duration::from_secs(5),
         idle: Duration::from_millis(500),
+        first_content: Duration::from_secs(5),
     }
 }
 
@@ -190,6 +193,13 @@ candidates = ["oa", "an"]
 "#;
 
 impl Running {
+    /// `GET /metrics`, as text.
+    pub(crate) async fn metrics(&self) -> String {
+        send(self.server.addr(), "GET", "/metrics", &[], "")
+            .await
+            .text()
+    }
+
     /// A JSON POST to this gateway.
     pub(crate) async fn post(&self, path: &str, body: &str) -> Reply {
         send(

@@ -37,8 +37,14 @@ pub struct Timeouts {
     /// From sending the request to the response headers. Non-streaming completions send
     /// their headers only when the whole answer is ready, so this is generous.
     pub first_byte: Duration,
+    /// From sending a streaming request to its response headers: a stream's headers come
+    /// before its content, so a silent provider is found sooner (S5).
+    pub stream_first_byte: Duration,
     /// The longest quiet gap between two pieces of a response body (stream events).
     pub idle: Duration,
+    /// From a stream's response headers to its first content (text, thinking, a tool call):
+    /// time to first token (S5).
+    pub first_content: Duration,
 }
 
 impl Default for Timeouts {
@@ -46,7 +52,9 @@ impl Default for Timeouts {
         Timeouts {
             connect: Duration::from_secs(10),
             first_byte: Duration::from_secs(600),
+            stream_first_byte: Duration::from_secs(60),
             idle: Duration::from_secs(60),
+            first_content: Duration::from_secs(120),
         }
     }
 }
@@ -131,6 +139,16 @@ impl HttpClient {
         &self,
         request: Request<Bytes>,
     ) -> Result<Response<ResponseBody>, TransportFailure> {
+        self.send_within(request, self.timeouts.first_byte).await
+    }
+
+    /// [`HttpClient::send`], waiting at most `first_byte` for the response headers (a
+    /// candidate's own timeout, S5).
+    pub async fn send_within(
+        &self,
+        request: Request<Bytes>,
+        first_byte: Duration,
+    ) -> Result<Response<ResponseBody>, TransportFailure> {
         let exchange = async {
             if request.version() == Version::HTTP_2 {
                 match self.http2.request(request.map(Full::new)).await {
@@ -144,14 +162,11 @@ impl HttpClient {
                     .map(|response| response.map(ResponseBody::h1))
             }
         };
-        match tokio::time::timeout(self.timeouts.first_byte, exchange).await {
+        match tokio::time::timeout(first_byte, exchange).await {
             Ok(result) => result,
             Err(_) => Err(TransportFailure {
                 kind: TransportKind::Timeout,
-                message: format!(
-                    "no response within {} s",
-                    self.timeouts.first_byte.as_secs_f64()
-                ),
+                message: format!("no response within {} s", first_byte.as_secs_f64()),
             }),
         }
     }

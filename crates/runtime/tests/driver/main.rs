@@ -58,7 +58,9 @@ pub(crate) fn timeouts() -> Timeouts {
     Timeouts {
         connect: Duration::from_secs(2),
         first_byte: Duration::from_secs(5),
+        stream_first_byte: Duration::from_secs(5),
         idle: Duration::from_secs(5),
+        first_content: Duration::from_secs(5),
     }
 }
 

@@ -14,6 +14,8 @@
 //! loop only waits for bytes and hands them on. An open stream's state is then the small
 //! [`Relay`] and one pending read, whatever the chunk held.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
@@ -22,6 +24,7 @@ use rebound_runtime::Api;
 use rebound_runtime::http::{ResponseBody, TransportFailure};
 use rebound_runtime::provider::{StreamItem, read_event};
 use rebound_runtime::sse::{SseEvent, SseFramer};
+use tokio::time::Instant;
 
 use rebound_runtime::Attempted;
 
@@ -29,26 +32,53 @@ use super::downstream::{Downstream, Head};
 use super::headers::{final_figures, kept_on_give_up};
 use super::outcome::{Attempt, Detail, Position, failure};
 
+/// How long a stream may stay quiet (S5).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    /// The longest gap between two events.
+    pub(super) idle: Duration,
+    /// From the response headers to the first content (time to first token).
+    pub(super) first_content: Duration,
+}
+
 /// Relays one streaming attempt to the client.
 pub(super) async fn relay(
     mut relay: Relay,
-    idle: std::time::Duration,
+    limits: Limits,
     body: &mut ResponseBody,
     down: &mut Downstream,
 ) -> Attempt {
+    // Measured from the headers, which have just come.
+    let first_content_by = Instant::now() + limits.first_content;
     // The relay state comes built: a parameter is kept for the whole stream, and building it
     // here from its parts would keep both.
     loop {
+        // Before the commit point, the first-content deadline bounds the wait too.
+        let (wait, first_content) = if relay.content_seen {
+            (limits.idle, false)
+        } else {
+            let left = first_content_by.saturating_duration_since(Instant::now());
+            (limits.idle.min(left), left <= limits.idle)
+        };
         let frame = tokio::select! {
             biased;
             () = down.gone() => return Attempted::Ended,
-            frame = tokio::time::timeout(idle, body.frame()) => frame,
+            frame = tokio::time::timeout(wait, body.frame()) => frame,
         };
         let step = match frame {
+            Err(_) if first_content => {
+                return relay.failed(TransportFailure {
+                    kind: TransportKind::FirstContentTimeout,
+                    message: format!(
+                        "no content within {} s of the response headers",
+                        limits.first_content.as_secs_f64()
+                    ),
+                });
+            }
             Err(_) => {
                 return relay.failed(TransportFailure {
                     kind: TransportKind::IdleTimeout,
-                    message: format!("no stream event for {} s", idle.as_secs_f64()),
+                    message: format!("no stream event for {} s", limits.idle.as_secs_f64()),
                 });
             }
             Ok(None) => relay.body_ended(),
