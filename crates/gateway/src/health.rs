@@ -26,18 +26,43 @@ pub(crate) fn view(gateway: &Gateway) -> Value {
         .map(|c| c.id.as_str())
         .collect();
     let entries = health.entries();
+    let pools: Vec<(&str, usize)> = gateway
+        .config
+        .routes
+        .iter()
+        .flat_map(|r| r.candidates.iter())
+        .filter(|c| c.keys() > 1)
+        .map(|c| (c.id.as_str(), c.keys()))
+        .collect();
     let mut candidates: Vec<Value> = configured
         .iter()
         .map(|id| {
             let entry = entries.iter().find(|(e, _)| e == id).map(|(_, e)| e);
-            candidate(id, entry, now)
+            let mut view = candidate(id, entry, now);
+            // A pool's keys, by their 1-based place in `api_key_envs`: never a key (S4).
+            if let Some((_, keys)) = pools.iter().find(|(p, _)| p == id) {
+                let keys: Vec<Value> = (1..=*keys)
+                    .map(|n| {
+                        let key_id = format!("{id}#key{n}");
+                        let entry = entries.iter().find(|(e, _)| *e == key_id).map(|(_, e)| e);
+                        let mut key = candidate(&key_id, entry, now);
+                        key["key"] = json!(n);
+                        key
+                    })
+                    .collect();
+                view["keys"] = json!(keys);
+            }
+            view
         })
         .collect();
     // A candidate no longer configured (a job's) still rests where it is.
     candidates.extend(
         entries
             .iter()
-            .filter(|(id, _)| !configured.contains(id.as_str()))
+            .filter(|(id, _)| {
+                let owner = id.split('#').next().unwrap_or_default();
+                !configured.contains(owner)
+            })
             .map(|(id, entry)| candidate(id, Some(entry), now)),
     );
     json!({

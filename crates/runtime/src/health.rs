@@ -100,6 +100,19 @@ impl SharedHealth {
         self.changed(&ledger, change);
     }
 
+    /// Whether an attempt to `candidate` would pass its gate at `now`, without taking the
+    /// probe: closed, or resting until a deadline that has passed.
+    pub fn may_serve(&self, candidate: &str, now: SystemTime) -> bool {
+        if self.resting.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        self.lock().entry(candidate).is_none_or(|e| match e.state {
+            HealthState::Closed => true,
+            HealthState::Cooling | HealthState::Open => e.until.is_none_or(|u| u <= now),
+            HealthState::Probing => false,
+        })
+    }
+
     /// The entry of `candidate`, if it ever failed.
     pub fn entry(&self, candidate: &str) -> Option<Entry> {
         self.lock().entry(candidate).cloned()

@@ -43,6 +43,10 @@ pub(super) struct CandidateFile {
     pub(super) protocol: String,
     pub(super) base_url: String,
     pub(super) api_key_env: Option<String>,
+    /// A pool of keys (S4): a rate-limited or quota-exhausted key rests while the others
+    /// serve.
+    #[serde(default)]
+    pub(super) api_key_envs: Vec<String>,
     pub(super) model: Option<String>,
     pub(super) provider: Option<String>,
     #[serde(default)]

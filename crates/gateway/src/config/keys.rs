@@ -50,6 +50,36 @@ pub(super) fn gateway_keys(names: &[String], env: &dyn Env) -> Result<Vec<String
     Ok(gateway_keys)
 }
 
+/// A candidate's pool of keys (`api_key_envs`, S4): each variable's name and key, in order.
+/// Every variable must hold a key that can be redacted; a pool beside `api_key_env` is
+/// refused, as is a pool of one (that is `api_key_env`). The message names the variable,
+/// never the key.
+pub(super) fn pool(
+    names: &[String],
+    single: bool,
+    env: &dyn Env,
+) -> Result<Vec<(String, String)>, String> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    if single {
+        return Err("set api_key_env or api_key_envs, not both".to_owned());
+    }
+    if names.len() < 2 {
+        return Err("a pool holds two keys or more; one key is `api_key_env`".to_owned());
+    }
+    names
+        .iter()
+        .map(|name| {
+            let key = env.var(name).ok_or_else(|| {
+                format!("the environment variable `{name}` is not set or is empty")
+            })?;
+            check(name, &key)?;
+            Ok((name.clone(), key))
+        })
+        .collect()
+}
+
 /// The configured `strip_headers`, as header names.
 pub(super) fn strip_headers(names: &[String]) -> Result<Vec<http::HeaderName>, Refusal> {
     names
@@ -83,7 +113,7 @@ impl Config {
             .routes
             .iter()
             .flat_map(|r| r.candidates.iter())
-            .filter_map(|c| c.api_key.clone());
+            .flat_map(|c| c.api_key.iter().chain(c.pool.iter()).cloned());
         self.gateway_keys
             .iter()
             .cloned()

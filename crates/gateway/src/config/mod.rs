@@ -291,7 +291,13 @@ pub fn load_with(
         if let (Some(name), Some(key)) = (&c.api_key_env, &api_key) {
             keys::check(name, key).map_err(|message| err(at("api_key_env"), message))?;
         }
-        if !gateway_keys.is_empty() && c.api_key_env.is_some() && api_key.is_none() {
+        let pool = keys::pool(&c.api_key_envs, c.api_key_env.is_some(), env)
+            .map_err(|message| err(at("api_key_envs"), message))?;
+        let (api_key, api_key_env) = match pool.first() {
+            Some((name, key)) => (Some(key.clone()), Some(name.clone())),
+            None => (api_key, c.api_key_env.clone()),
+        };
+        if !gateway_keys.is_empty() && api_key_env.is_some() && api_key.is_none() {
             return Err(err(
                 at("api_key_env"),
                 format!(
@@ -315,7 +321,8 @@ pub fn load_with(
             protocol,
             base_url: base_url.trim_end_matches('/').to_owned(),
             api_key,
-            api_key_env: c.api_key_env.clone(),
+            api_key_env,
+            pool: pool.into_iter().map(|(_, key)| key).collect(),
             model: c.model.clone(),
             provider: c.provider.clone().unwrap_or_else(|| match protocol {
                 Protocol::OpenAi => "openai".into(),

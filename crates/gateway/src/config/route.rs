@@ -21,8 +21,10 @@ pub struct Candidate {
     /// The key from the environment; `None` forwards the client's key (when gateway keys are
     /// off) or sends none.
     pub api_key: Option<String>,
-    /// The environment variable its key comes from, as configured.
+    /// The environment variable its key comes from, as configured (a pool's first).
     pub api_key_env: Option<String>,
+    /// Its pool of keys (`api_key_envs`, S4), the first being `api_key`; empty without one.
+    pub pool: Vec<String>,
     /// The model it serves; rewrites the request's `model`.
     pub model: Option<String>,
     /// The provider name the catalogue knows.
@@ -45,6 +47,8 @@ pub struct Candidate {
     host: Option<HeaderValue>,
     id_header: HeaderValue,
     credential: Option<(HeaderName, HeaderValue)>,
+    /// A pool's credentials, in order (the first is `credential`).
+    pool_credentials: Vec<(HeaderName, HeaderValue)>,
 }
 
 /// A candidate as the configuration declares it.
@@ -54,6 +58,7 @@ pub(super) struct Declared {
     pub(super) base_url: String,
     pub(super) api_key: Option<String>,
     pub(super) api_key_env: Option<String>,
+    pub(super) pool: Vec<String>,
     pub(super) model: Option<String>,
     pub(super) provider: String,
     pub(super) http2: bool,
@@ -84,6 +89,7 @@ impl Candidate {
     /// sends none.
     pub fn key_source(&self, gateway_keys: bool) -> String {
         match (&self.api_key, &self.api_key_env) {
+            _ if !self.pool.is_empty() => format!("a pool of {} keys", self.pool.len()),
             (Some(_), Some(name)) => format!("key from ${name}"),
             (Some(_), None) => "key from the configuration".into(),
             (None, _) if gateway_keys => {
@@ -103,6 +109,7 @@ impl Candidate {
             base_url,
             api_key,
             api_key_env,
+            pool,
             model,
             provider,
             http2,
@@ -146,26 +153,28 @@ impl Candidate {
             },
         };
         let id_header = HeaderValue::from_str(&id).map_err(|_| bad_id())?;
-        let credential = match &api_key {
-            None => None,
-            Some(key) => {
-                let (name, value) = match protocol {
-                    Protocol::OpenAi => (http::header::AUTHORIZATION, format!("Bearer {key}")),
-                    Protocol::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
-                };
-                let mut value = HeaderValue::from_str(&value).map_err(|_| {
-                    (
-                        "api_key_env",
-                        format!(
-                            "the key in `{}` holds characters a header cannot carry",
-                            api_key_env.as_deref().unwrap_or_default()
-                        ),
-                    )
-                })?;
-                value.set_sensitive(true);
-                Some((name, value))
-            }
+        let credential_of = |key: &str| {
+            let (name, value) = match protocol {
+                Protocol::OpenAi => (http::header::AUTHORIZATION, format!("Bearer {key}")),
+                Protocol::Anthropic => (HeaderName::from_static("x-api-key"), key.to_owned()),
+            };
+            let mut value = HeaderValue::from_str(&value).map_err(|_| {
+                (
+                    "api_key_env",
+                    format!(
+                        "the key in `{}` holds characters a header cannot carry",
+                        api_key_env.as_deref().unwrap_or_default()
+                    ),
+                )
+            })?;
+            value.set_sensitive(true);
+            Ok((name, value))
         };
+        let credential = api_key.as_deref().map(credential_of).transpose()?;
+        let pool_credentials = pool
+            .iter()
+            .map(|key| credential_of(key))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Candidate {
             id,
             api_key_env,
@@ -188,6 +197,8 @@ impl Candidate {
             host,
             id_header,
             credential,
+            pool,
+            pool_credentials,
         })
     }
 
@@ -237,7 +248,18 @@ impl Candidate {
     /// Sets this candidate's key (marked sensitive, so it is never printed) and the headers
     /// its protocol requires.
     pub fn authorize(&self, headers: &mut http::HeaderMap) {
-        if let Some((name, value)) = &self.credential {
+        self.authorize_with(headers, 0);
+    }
+
+    /// How many keys it holds: a pool's size, else one (its key, the client's or none).
+    pub fn keys(&self) -> usize {
+        self.pool_credentials.len().max(1)
+    }
+
+    /// [`Candidate::authorize`] with key `key` of its pool (S4); the first key without one.
+    pub fn authorize_with(&self, headers: &mut http::HeaderMap, key: usize) {
+        let credential = self.pool_credentials.get(key).or(self.credential.as_ref());
+        if let Some((name, value)) = credential {
             headers.insert(name.clone(), value.clone());
         }
         if self.protocol == Protocol::Anthropic && !headers.contains_key("anthropic-version") {

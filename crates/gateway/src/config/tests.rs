@@ -575,3 +575,47 @@ candidates = ["slow"]
         Some("candidate.slow.timeouts.stream_idle_ms")
     );
 }
+
+#[test]
+fn a_key_pool_is_checked_and_every_key_is_a_secret() {
+    let text = |keys: &str| {
+        format!(
+            "[[candidate]]\nid = \"p\"\nprotocol = \"openai\"\nbase_url = \"http://127.0.0.1:1/v1\"\n{keys}\n\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"p\"]\n"
+        )
+    };
+    let env = [
+        ("K1", "sk-pool-key-one-0123456789"),
+        ("K2", "sk-pool-key-two-0123456789"),
+    ];
+    let c = load(
+        "t.toml",
+        &text("api_key_envs = [\"K1\", \"K2\"]"),
+        &Overrides::default(),
+        &env,
+    )
+    .unwrap();
+    let route = c.route("m", Protocol::OpenAi).unwrap();
+    assert_eq!(route.candidates[0].keys(), 2);
+    assert_eq!(route.candidates[0].key_source(false), "a pool of 2 keys");
+    let secrets = c.secrets();
+    assert!(secrets.contains(&env[0].1.to_owned()) && secrets.contains(&env[1].1.to_owned()));
+    let mut headers = http::HeaderMap::new();
+    route.candidates[0].authorize_with(&mut headers, 1);
+    assert_eq!(
+        headers["authorization"],
+        "Bearer sk-pool-key-two-0123456789"
+    );
+    for (keys, message) in [
+        (
+            "api_key_env = \"K1\"\napi_key_envs = [\"K1\", \"K2\"]",
+            "not both",
+        ),
+        ("api_key_envs = [\"K1\"]", "two keys or more"),
+        ("api_key_envs = [\"K1\", \"UNSET\"]", "`UNSET` is not set"),
+    ] {
+        let e = load("t.toml", &text(keys), &Overrides::default(), &env).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("candidate.p.api_key_envs"), "{keys}");
+        assert!(e.message.contains(message), "{keys}: {}", e.message);
+        assert!(!e.to_string().contains("sk-pool"), "{e}");
+    }
+}

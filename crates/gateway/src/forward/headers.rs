@@ -39,6 +39,7 @@ pub(crate) fn forwarded_headers(
     headers: &mut HeaderMap,
     client: &HeaderMap,
     candidate: &Candidate,
+    key: usize,
     gateway: &Gateway,
 ) {
     let strip_auth = candidate.api_key.is_some();
@@ -58,7 +59,7 @@ pub(crate) fn forwarded_headers(
     if let Some(host) = candidate.host() {
         headers.insert(header::HOST, host);
     }
-    candidate.authorize(headers);
+    candidate.authorize_with(headers, key);
 }
 
 /// Upstream response headers a client may see; `detach`ed (see [`super::detached`]) when

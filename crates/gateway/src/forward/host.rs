@@ -115,6 +115,14 @@ impl Host for LiveHost {
             .with_switches(self.request.route.switches())
     }
 
+    fn keys(&self, candidate: usize) -> usize {
+        self.candidate(candidate).map_or(1, |c| c.keys())
+    }
+
+    fn use_key(&mut self, _candidate: usize, key: usize) {
+        self.request.key = key;
+    }
+
     fn deadline(&self) -> Option<std::time::Duration> {
         self.request
             .route

@@ -53,6 +53,8 @@ pub(crate) struct LiveRequest {
     pub(crate) restart: bool,
     /// The candidates passed over as resting (S2), for `x-rebound-skipped`.
     pub(crate) skipped: Option<http::HeaderValue>,
+    /// The key of the candidate's pool the next attempt uses (S4).
+    pub(crate) key: usize,
 }
 
 /// Takes a model request (`POST /v1/chat/completions`, `POST /v1/responses`,
@@ -171,6 +173,7 @@ pub(crate) async fn accept(
         stream,
         restart,
         skipped: None,
+        key: 0,
     };
     tokio::spawn(run(request, head_tx, body_tx));
     match head_rx.await {
@@ -246,6 +249,7 @@ mod tests {
             stream: true,
             restart: false,
             skipped: None,
+            key: 0,
         };
         let (head, _) = tokio::sync::oneshot::channel();
         let (body, _) = crate::reply::pipe::pipe();

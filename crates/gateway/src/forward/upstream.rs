@@ -36,7 +36,13 @@ fn upstream_request(
         .version(candidate.version())
         .body(candidate.body_for(&request.body))?;
     let headers = upstream.headers_mut();
-    forwarded_headers(headers, &request.headers, candidate, &request.gateway);
+    forwarded_headers(
+        headers,
+        &request.headers,
+        candidate,
+        request.key,
+        &request.gateway,
+    );
     if !headers.contains_key(header::CONTENT_TYPE) {
         headers.insert(
             header::CONTENT_TYPE,
@@ -260,6 +266,7 @@ mod tests {
             stream: false,
             restart: false,
             skipped: None,
+            key: 0,
         };
         let (head, head_rx) = tokio::sync::oneshot::channel();
         run(request, head, None).await;

@@ -40,6 +40,7 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
         candidate: None,
         started: SystemTime::UNIX_EPOCH,
         in_flight: false,
+        key: 0,
     };
     let mut turn = None;
     let _ = recover(&gateway.engine, &mut host, &mut turn).await;
@@ -60,6 +61,8 @@ struct JobHost<'a> {
     started: SystemTime,
     /// An attempt is on record as dispatched and not yet finished.
     in_flight: bool,
+    /// The key of the candidate's pool the attempt uses (S4).
+    key: usize,
 }
 
 impl JobHost<'_> {
@@ -206,6 +209,14 @@ impl Host for JobHost<'_> {
         Turn::new(policies, Caller::Session)
     }
 
+    fn keys(&self, _candidate: usize) -> usize {
+        self.candidate.as_ref().map_or(1, |c| c.keys())
+    }
+
+    fn use_key(&mut self, _candidate: usize, key: usize) {
+        self.key = key;
+    }
+
     async fn prepare(&mut self, turn: &mut Option<Turn>) -> Flow {
         loop {
             let Ok(job) = self.jobs.get(&self.id).await else {
@@ -227,7 +238,7 @@ impl Host for JobHost<'_> {
         let Some(job) = self.dispatch(attempt).await else {
             return Attempted::Ended;
         };
-        let (status, body) = match send(self.gateway, &candidate, &job).await {
+        let (status, body) = match send(self.gateway, &candidate, self.key, &job).await {
             Ok(answer) => answer,
             Err(evidence) => {
                 return Attempted::Failed(Failed {
@@ -363,6 +374,7 @@ fn apply(job: &mut JobRecord, action: &Action, now: SystemTime) {
 async fn send(
     gateway: &Gateway,
     candidate: &Candidate,
+    key: usize,
     job: &JobRecord,
 ) -> Result<(u16, Vec<u8>), Evidence> {
     let provider = candidate.provider.as_str();
@@ -381,7 +393,7 @@ async fn send(
                 e.to_string(),
             )
         })?;
-    candidate.authorize(request.headers_mut());
+    candidate.authorize_with(request.headers_mut(), key);
     let timeouts = candidate.timeouts.resolve(gateway.client.timeouts());
     let response = gateway
         .client

@@ -63,6 +63,7 @@ impl PassHost {
             upstream.headers_mut(),
             &self.request.headers,
             candidate,
+            0,
             &self.gateway,
         );
         Ok(upstream)

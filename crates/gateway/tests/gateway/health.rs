@@ -338,3 +338,80 @@ async fn jobs_and_live_requests_share_one_ledger() {
     // The 429, the live request's probe, the job's one attempt.
     assert_eq!(upstream.attempts("default"), 3);
 }
+
+#[tokio::test]
+async fn a_rate_limited_key_of_a_pool_rests_while_the_others_serve() {
+    // S4: key 1 answers 429 with `retry-after: 20`; the retry goes to key 2 at once, and so
+    // does every later request until key 1's deadline. No key appears in the ledger's page,
+    // the metrics or the log.
+    const POOL_A: &str = "sk-proj-PoolKeyAlpha0123456789abcdef";
+    const POOL_B: &str = "sk-proj-PoolKeyBravo0123456789abcdef";
+    let upstream = chaos("429+retry-after:20").await;
+    let config = format!(
+        "[[candidate]]\nid = \"pooled\"\nprotocol = \"openai\"\nbase_url = \"{}\"\napi_key_envs = [\"POOL_A\", \"POOL_B\"]\n\n{}",
+        upstream.openai_base_url(),
+        route(&["pooled"])
+    );
+    let config = load(
+        "test.toml",
+        &config,
+        &Overrides::default(),
+        &[("POOL_A", POOL_A), ("POOL_B", POOL_B)],
+    )
+    .unwrap();
+    let time = ManualTime::starting_at(UNIX_EPOCH + Duration::from_secs(ORIGIN));
+    let log = Logs::capture();
+    let gateway = Gateway::new(
+        config,
+        HttpClient::new(timeouts()).unwrap(),
+        Arc::new(Catalogue::shipped().unwrap()),
+    )
+    .with_time(time.clone(), time.clone());
+    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
+        .await
+        .unwrap();
+    let g = Manual { server, time, log };
+    for _ in 0..3 {
+        let reply = g.post(false).await.unwrap();
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "no request waited");
+    let used: Vec<String> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.header("authorization").unwrap_or_default().to_owned())
+        .collect();
+    let a = format!("Bearer {POOL_A}");
+    let b = format!("Bearer {POOL_B}");
+    assert_eq!(
+        used,
+        [a.clone(), b.clone(), b.clone(), b],
+        "key 1 once, then key 2"
+    );
+    let pooled = g.candidate("pooled").await;
+    assert_eq!(pooled["state"], "closed", "{pooled}");
+    assert_eq!(pooled["keys"][0]["state"], "cooling", "{pooled}");
+    assert_eq!(pooled["keys"][0]["remaining_ms"], 20_000, "{pooled}");
+    assert_eq!(pooled["keys"][1]["state"], "closed", "{pooled}");
+    let page = g.health().await.to_string();
+    let metrics = send(g.server.addr(), "GET", "/metrics", &[], "")
+        .await
+        .text();
+    for text in [page, metrics, g.log.lines().join("\n")] {
+        assert!(!text.contains(POOL_A) && !text.contains(POOL_B), "{text}");
+        assert!(!text.contains("PoolKey"), "{text}");
+    }
+    // After its deadline key 1 serves again: its probe succeeds.
+    g.time.advance(Duration::from_secs(20));
+    let reply = g.post(false).await.unwrap();
+    assert_eq!(reply.status, 200);
+    let last = upstream
+        .requests()
+        .last()
+        .unwrap()
+        .header("authorization")
+        .unwrap()
+        .to_owned();
+    assert_eq!(last, a);
+    assert_eq!(g.candidate("pooled").await["keys"][0]["state"], "closed");
+}

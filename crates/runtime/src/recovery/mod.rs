@@ -14,13 +14,10 @@
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+mod rest;
+
 use rebound_core::backoff::Jitter;
-use rebound_core::classification::{Confidence, Verdict};
-use rebound_core::hint::{Hint, HintSource};
-use rebound_core::{
-    Action, Catalogue, Classification, Diagnostics, Evidence, Failure, Gate, Phase, Rest, Safety,
-    Turn, Wait,
-};
+use rebound_core::{Action, Catalogue, Classification, Diagnostics, Failure, Turn, Wait};
 
 use crate::attempt::{Attempted, Failed};
 use crate::health::SharedHealth;
@@ -206,6 +203,19 @@ pub trait Host {
     /// succeed at once and never need one).
     fn new_turn(&self) -> Turn;
 
+    /// How many keys route position `candidate` holds (S4): each rests on its own in the
+    /// shared health ledger. One by default.
+    fn keys(&self, candidate: usize) -> usize {
+        let _ = candidate;
+        1
+    }
+
+    /// The key of its pool the next attempt to `candidate` uses (S4): the first that the
+    /// ledger lets serve.
+    fn use_key(&mut self, candidate: usize, key: usize) {
+        let _ = (candidate, key);
+    }
+
     /// How long the request may take from the start of [`recover`] (D6): no attempt starts
     /// after it, and the one terminal error answers instead, whatever budgets remain. `None`
     /// (the default): budgets alone bound it. Durable jobs keep their own deadlines.
@@ -286,12 +296,12 @@ pub async fn recover<H: Host>(
         let candidate = turn.as_ref().map_or(0, Turn::candidate);
         let attempt = turn.as_ref().map_or(1, Turn::attempt);
         // Boxed: the ledger's step costs nothing on the task of a request that passes it.
-        let probe = match Box::pin(consult(engine, host, turn, deadline, candidate, attempt)).await
-        {
-            Consulted::Go { probe } => probe,
-            Consulted::Again => continue,
-            Consulted::Stopped(stopped) => return Ending::Stopped(stopped),
-            Consulted::Ended => return Ending::Ended,
+        let consulted = rest::consult(engine, host, turn, deadline, candidate, attempt);
+        let slot = match Box::pin(consulted).await {
+            rest::Consulted::Go(slot) => slot,
+            rest::Consulted::Again => continue,
+            rest::Consulted::Stopped(stopped) => return Ending::Stopped(stopped),
+            rest::Consulted::Ended => return Ending::Ended,
         };
         host.report(Report::Attempting { candidate, attempt });
         // Boxed, like every step below: a long stream's task then holds only the step it is
@@ -299,7 +309,7 @@ pub async fn recover<H: Host>(
         let failed = match Box::pin(host.attempt(candidate, attempt)).await {
             Attempted::Succeeded(success) => {
                 if let Some(health) = engine.health() {
-                    health.succeeded(host.candidate_id(candidate));
+                    slot.succeeded(health, host.candidate_id(candidate));
                 }
                 if let Some(turn) = turn {
                     turn.on_success();
@@ -308,8 +318,9 @@ pub async fn recover<H: Host>(
                 return Ending::Succeeded(success);
             }
             Attempted::Ended => {
-                if let Some(health) = engine.health().filter(|_| probe) {
-                    health.abandoned(host.candidate_id(candidate), engine.clock().now());
+                if let Some(health) = engine.health() {
+                    let now = engine.clock().now();
+                    slot.abandoned(health, host.candidate_id(candidate), now);
                 }
                 host.report(Report::Ended);
                 return Ending::Ended;
@@ -321,7 +332,7 @@ pub async fn recover<H: Host>(
         // Boxed: a failure's evidence and decision stay off the task of a request that never
         // fails, and of a long stream while it streams.
         match Box::pin(after_failure(
-            engine, host, turn, failed, candidate, attempt,
+            engine, host, turn, failed, &slot, candidate, attempt,
         ))
         .await
         {
@@ -348,13 +359,25 @@ async fn after_failure<H: Host>(
     host: &mut H,
     turn: &mut Turn,
     failed: Failed<H::Detail>,
+    slot: &rest::Slot,
     candidate: usize,
     attempt: u32,
 ) -> Next<H::Stopped> {
     let decision = decide(engine, turn, &failed, candidate, attempt);
+    let mut next_key = false;
     if let Some(health) = engine.health() {
         let now = engine.clock().now();
-        health.failed(host.candidate_id(candidate), &decision.classification, now);
+        let classification = &decision.classification;
+        let id = host.candidate_id(candidate);
+        health.failed(
+            slot.failed_id(id, classification.scope),
+            classification,
+            now,
+        );
+        // A rate-limited or exhausted key rests while the others serve (S4): a retry goes to
+        // the next key at once.
+        next_key = matches!(decision.action, Action::Retry(_))
+            && slot.another_key_serves(health, id, host.keys(candidate), classification.scope, now);
     }
     log_decision(host, &failed, &decision);
     host.report(Report::Decided(&decision));
@@ -362,6 +385,9 @@ async fn after_failure<H: Host>(
         return Next::Ended;
     }
     let class = decision.class();
+    if next_key {
+        return Next::Attempt(class);
+    }
     carry_out(host, failed, decision, attempt, class, None).await
 }
 
@@ -429,129 +455,6 @@ fn decide<D>(
         classification,
         action,
         rested: false,
-    }
-}
-
-/// What the ledger's step before an attempt leaves.
-enum Consulted<R> {
-    /// Send the attempt; `probe`: it is the one probe of an ended window (S3).
-    Go {
-        /// Whether the attempt probes.
-        probe: bool,
-    },
-    /// The turn moved on (another candidate, or a rest ended): start the step again.
-    Again,
-    /// The turn stopped at a resting candidate; the host delivered the terminal error.
-    Stopped(R),
-    /// Whoever waited went away.
-    Ended,
-}
-
-/// Asks the shared health ledger before an attempt (S2, S3). A resting candidate is passed
-/// over, waited for, or stopped at as the turn decides ([`Turn::on_rest`]); the decision is
-/// logged, reported, committed and carried out like a failure's, without an attempt.
-async fn consult<H: Host>(
-    engine: &Engine,
-    host: &mut H,
-    turn: &mut Option<Turn>,
-    deadline: Option<std::time::SystemTime>,
-    candidate: usize,
-    attempt: u32,
-) -> Consulted<H::Stopped> {
-    let Some(health) = engine.health() else {
-        return Consulted::Go { probe: false };
-    };
-    let now = engine.clock().now();
-    // Taken before the gate, so that no change between the gate and the rest is missed.
-    let changes = health.subscribe();
-    let key = host.candidate_id(candidate);
-    let (until, class, behind_probe) = match health.gate(key, now) {
-        Gate::Pass => return Consulted::Go { probe: false },
-        Gate::Probe => return Consulted::Go { probe: true },
-        Gate::Rest {
-            until,
-            class,
-            behind_probe,
-        } => (until, class, behind_probe),
-    };
-    let entry = health.entry(key);
-    let state = entry.as_ref().map_or("cooling", |e| e.state.as_str());
-    let code = entry.as_ref().and_then(|e| e.code.clone());
-    let left = until.duration_since(now).unwrap_or_default();
-    let evidence = Evidence {
-        body: Some(format!(
-            "rebound: candidate `{key}` is {} until {} ({:.1}s from now, {}{}){}",
-            if behind_probe { "being probed" } else { state },
-            httpdate::fmt_http_date(until),
-            left.as_secs_f64(),
-            class.as_str(),
-            code.as_deref().map(|c| format!(" {c}")).unwrap_or_default(),
-            if behind_probe {
-                ""
-            } else {
-                ": its policy accepts no wait that long"
-            },
-        )),
-        phase: Phase::Setup,
-        ..Evidence::default()
-    };
-    let classification = Classification {
-        verdict: Verdict::Classified(class),
-        code: code.as_deref().map(rebound_core::Code::new),
-        confidence: Confidence::High,
-        scope: entry
-            .as_ref()
-            .and_then(|e| e.scope)
-            .unwrap_or(rebound_core::classification::Scope::Provider),
-        rule_id: entry.and_then(|e| e.rule_id).map(Arc::from),
-        catalogue_version: Arc::from(engine.catalogue().version()),
-        hint: Some(Hint {
-            delay: left,
-            source: HintSource::Health,
-        }),
-        retry_forbidden: false,
-        phase: Phase::Setup,
-        status: None,
-    };
-    let turn = turn.get_or_insert_with(|| host.new_turn());
-    turn.set_deadline(deadline);
-    let rest = Rest {
-        until,
-        class,
-        behind_probe,
-        evidence: &evidence,
-        classification: &classification,
-    };
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "the recovery loop is the one place a rest is decided"
-    )]
-    let action = turn.on_rest(rest, now);
-    let decision = Decision {
-        candidate,
-        attempt,
-        classification,
-        action,
-        rested: true,
-    };
-    let failed = Failed {
-        evidence,
-        delivered: false,
-        safety: Safety::Replayable,
-        detail: H::Detail::default(),
-    };
-    log_decision(host, &failed, &decision);
-    host.report(Report::Rested(&decision));
-    if host.commit(&failed, &decision, turn).await == Flow::End {
-        return Consulted::Ended;
-    }
-    let class = decision.class();
-    // The attempt in hand was not sent: the host counts those that were.
-    let sent = attempt.saturating_sub(1);
-    match carry_out(host, failed, decision, sent, class, Some(changes)).await {
-        Next::Attempt(_) => Consulted::Again,
-        Next::Stopped(stopped) => Consulted::Stopped(stopped),
-        Next::Ended => Consulted::Ended,
     }
 }
 
