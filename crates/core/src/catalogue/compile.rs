@@ -394,7 +394,7 @@ fn compile_rule(
                 ctx.err(
                     Some("status"),
                     format!(
-                        "`{}` is not a status, a range like \"520-524\" or a class like \"5xx\"",
+                        "`{}` is not a status, a range like \"520-524\", a class like \"5xx\" or \"none\"",
                         status_text(item)
                     ),
                 )
@@ -572,6 +572,9 @@ fn status_range(item: &StatusFile) -> Option<RangeInclusive<u16>> {
         StatusFile::One(n) => valid(*n).then_some(*n..=*n),
         StatusFile::Text(text) => {
             let text = text.trim();
+            if text == "none" {
+                return Some(super::NO_STATUS..=super::NO_STATUS);
+            }
             if let Some(prefix) = text.strip_suffix("xx") {
                 let digit: u16 = prefix.parse().ok()?;
                 return (1..=5)
