@@ -28,7 +28,8 @@ pub(crate) struct CodeFile {
     pub(crate) description: Option<String>,
 }
 
-/// A status matcher item: `429`, `"5xx"` or `"520-524"`.
+/// A status matcher item: `429`, `"5xx"`, `"520-524"` or `"none"` (evidence without a status,
+/// neither given nor embedded in its text).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 pub(crate) enum StatusFile {

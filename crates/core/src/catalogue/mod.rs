@@ -32,6 +32,9 @@ use crate::evidence::{EVIDENCE_TEXT_LIMIT, Evidence, Phase, TransportKind, bound
 use crate::hint::{Hint, HintFormat, HintSource};
 use crate::retry_after::header_hint;
 
+/// The status a rule's `"none"` item stands for: evidence without a status, even in its text.
+const NO_STATUS: u16 = 0;
+
 /// A compiled, validated set of rules. Cheap to share behind an `Arc`; classification takes
 /// `&self` and allocates only its answer.
 #[derive(Debug)]
@@ -89,7 +92,7 @@ struct Rule {
 
 impl Rule {
     /// The matchers that need no text scan. `status` is the evidence's, or the one its text
-    /// embeds.
+    /// embeds; a rule's `"none"` item matches evidence with neither.
     fn cheap_match(&self, evidence: &Evidence, status: Option<u16>) -> bool {
         if !self.providers.is_empty()
             && !evidence
@@ -100,7 +103,10 @@ impl Rule {
             return false;
         }
         if !self.status.is_empty()
-            && !status.is_some_and(|s| self.status.iter().any(|r| r.contains(&s)))
+            && !self
+                .status
+                .iter()
+                .any(|r| r.contains(&status.unwrap_or(NO_STATUS)))
         {
             return false;
         }

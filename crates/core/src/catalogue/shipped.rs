@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 14] = [
+const SHIPPED: [(&str, &str); 19] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -60,6 +60,26 @@ const SHIPPED: [(&str, &str); 14] = [
     (
         "rules/mistral.toml",
         include_str!("../../../../catalogue/rules/mistral.toml"),
+    ),
+    (
+        "rules/groq.toml",
+        include_str!("../../../../catalogue/rules/groq.toml"),
+    ),
+    (
+        "rules/xai.toml",
+        include_str!("../../../../catalogue/rules/xai.toml"),
+    ),
+    (
+        "rules/deepseek.toml",
+        include_str!("../../../../catalogue/rules/deepseek.toml"),
+    ),
+    (
+        "rules/moonshot.toml",
+        include_str!("../../../../catalogue/rules/moonshot.toml"),
+    ),
+    (
+        "rules/ollama.toml",
+        include_str!("../../../../catalogue/rules/ollama.toml"),
     ),
 ];
 

@@ -350,3 +350,46 @@ fn pseudo_header_names_are_rule_matchers() {
         "not a header name"
     );
 }
+
+#[test]
+fn a_none_status_matches_only_evidence_without_a_status() {
+    let c = compile(
+        "[[rule]]\nid = \"x.text\"\npriority = 1\nstatus = [\"none\", \"5xx\"]\nbody = \"server had an error\"\ncode = \"overloaded\"\n",
+    )
+    .unwrap();
+    let body = "The server had an error while processing your request.";
+    let bare = Evidence {
+        body: Some(body.to_owned()),
+        ..Evidence::default()
+    };
+    assert_eq!(
+        c.classify(&bare, now()).rule_id.as_deref(),
+        Some("x.text"),
+        "no status at all"
+    );
+    assert_eq!(
+        c.classify(&evidence(503, body), now()).rule_id.as_deref(),
+        Some("x.text")
+    );
+    let teapot = c.classify(&evidence(418, body), now());
+    assert_eq!(
+        teapot.rule_id, None,
+        "a status outside the list is not `none`"
+    );
+    assert_eq!(
+        teapot.verdict,
+        Verdict::Unclassified(UnclassifiedReason::NoRule)
+    );
+}
+
+#[test]
+fn a_bad_status_item_names_the_choices() {
+    let e = err(
+        "[[rule]]\nid = \"x.s\"\npriority = 1\nstatus = [\"nothing\"]\ncode = \"overloaded\"\n",
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("nothing") && text.contains("\"none\""),
+        "{text}"
+    );
+}

@@ -1,9 +1,10 @@
 //! The corpus of real error texts (`catalogue/corpus/`): every item is classified and the
 //! figures of issue #15 are printed, for the whole corpus and for its held-out fifth apart.
 //!
-//! `cargo test -p rebound-core --test it corpus -- --nocapture` prints them. The test fails on
-//! any non-retryable item classified retryable (the unsafe mistake, goal 0) and on any
-//! miss outside the held-out fifth (those items are regressions of rules written for them).
+//! `cargo test -p rebound-core --test it corpus -- --nocapture` prints them, with the misses
+//! outside the held-out fifth (the held-out misses are only counted). The test fails on any
+//! non-retryable item classified retryable (the unsafe mistake, goal 0) and on any miss
+//! outside the held-out fifth (those items are regressions of rules written for them).
 
 use std::path::PathBuf;
 
@@ -143,7 +144,9 @@ fn corpus_figures() {
     }
     all.print("corpus");
     held_out.print("held-out fifth");
-    for miss in &all.misses {
+    // The held-out fifth's misses are counted, never shown: a rule written after reading one
+    // would no longer be measured on unseen evidence.
+    for miss in all.misses.iter().filter(|m| !m.contains("[held out]")) {
         println!("  miss: {miss}");
     }
     assert!(
