@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 14] = [
+const SHIPPED: [(&str, &str); 15] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -60,6 +60,10 @@ const SHIPPED: [(&str, &str); 14] = [
     (
         "rules/mistral.toml",
         include_str!("../../../../catalogue/rules/mistral.toml"),
+    ),
+    (
+        "rules/agent.toml",
+        include_str!("../../../../catalogue/rules/agent.toml"),
     ),
 ];
 
