@@ -10,11 +10,13 @@ use rebound_core::Policy;
 use rebound_runtime::Protocol;
 use serde::Deserialize;
 
+mod agent;
 mod backlog;
 mod keys;
 mod policy;
 mod route;
 
+pub use agent::{AgentOutput, AgentProfile, AgentRoute, Agents, DEFAULT_RESUME_PROMPT};
 pub use backlog::DEFAULT_LISTEN_BACKLOG;
 pub use keys::CLIENT_CREDENTIAL_HEADERS;
 use policy::{PolicyFile, compile_policy};
@@ -107,6 +109,12 @@ struct ConfigFile {
     candidate: Vec<CandidateFile>,
     #[serde(default)]
     route: Vec<RouteFile>,
+    /// Agent profiles: agent CLIs run headless (docs/agent-runs.md).
+    #[serde(default)]
+    agent: Vec<agent::AgentFile>,
+    /// Agent routes: profiles as candidates.
+    #[serde(default)]
+    agent_route: Vec<agent::AgentRouteFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -211,6 +219,8 @@ pub struct Config {
     /// configured): [`DEFAULT_MAX_CONNECTIONS`], or what the process's open-files limit allows
     /// when the caller knows it (see [`Config::connections_for_open_files`]).
     pub max_connections: Option<usize>,
+    /// Agent profiles and agent routes (`[[agent]]`, `[[agent_route]]`).
+    pub agents: Agents,
 }
 
 /// Where the environment's values come from (so tests need not touch the process's).
@@ -515,7 +525,15 @@ pub fn load_with(
         Some(n) => n,
         None => backlog::default_backlog(),
     };
+    let agents = agent::compile_agents(
+        &parsed.agent,
+        &parsed.agent_route,
+        &default_policy,
+        &catalogue,
+    )
+    .map_err(|(key, message)| err(Some(key), message))?;
     let config = Config {
+        agents,
         deadline,
         listen,
         strip_headers,
