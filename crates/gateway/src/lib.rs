@@ -20,6 +20,8 @@
 //! - [`body`]: reading `model`/`stream` and rewriting `model` without touching other bytes.
 //! - [`shape`]: errors shaped like each provider's own.
 //! - [`jobs`]: durable jobs: the jobs API and the driver that persists every decision.
+//! - [`runs`]: durable agent runs: agent CLIs as child processes, resumed or switched by the
+//!   recovery loop with effect safety for agents (D4).
 //! - [`metrics`]: what happened, counted, without secrets; `observe` counts what the recovery
 //!   loop reports, for live requests and jobs alike. Events (one per attempt outcome) go
 //!   through `tracing`; the binary chooses where they are written.
@@ -43,6 +45,7 @@ mod passthrough;
 mod reply;
 pub mod responses;
 mod router;
+pub mod runs;
 pub mod server;
 pub mod shape;
 pub mod state;

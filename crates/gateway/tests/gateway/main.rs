@@ -18,6 +18,7 @@ mod jobs;
 mod passthrough;
 mod recovery;
 mod responses;
+mod runs;
 mod secrets;
 mod soak;
 mod streams;
