@@ -1,4 +1,4 @@
-//! Durable agent runs through the API with fake agent CLIs (`tests/agents/fake_agent.py`)
+//! Durable agent runs through the API with fake agent CLIs (`tests/agents/fake_agent.py` in the repository)
 //! that replay what Claude Code and Codex CLI print: every branch of D4 for agents, each
 //! with the exact invocations of each profile (fresh or resumed, which session). Waits run in
 //! virtual time; a test waits on the run's event stream, never on the clock.
@@ -50,7 +50,7 @@ impl Agents {
 
     fn script() -> String {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/agents/fake_agent.py")
+            .join("../../tests/agents/fake_agent.py")
             .display()
             .to_string()
     }
