@@ -64,19 +64,27 @@ fn claude(event: &Value) -> Vec<AgentEvent> {
                 .pointer("/message/content")
                 .and_then(Value::as_array)
                 .map_or(&[][..], Vec::as_slice);
+            // An API error Claude Code gave up on arrives as a synthetic assistant message
+            // (`error`, `is_api_error_message`) whose text is the error line: evidence, not
+            // model output.
+            let api_error = event.get("error").is_some()
+                || event
+                    .get("is_api_error_message")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false);
             for block in content {
                 match block.get("type").and_then(Value::as_str) {
                     Some("tool_use" | "server_tool_use") => out.push(AgentEvent::Effect(
                         text(block.get("name")).unwrap_or_else(|| "tool".into()),
                     )),
+                    Some("text") if api_error => {
+                        out.extend(text(block.get("text")).map(AgentEvent::Error));
+                    }
                     Some("text" | "thinking") if kind == "assistant" => {
                         out.push(AgentEvent::Content);
                     }
                     _ => {}
                 }
-            }
-            if let Some(error) = text(event.get("error")) {
-                out.push(AgentEvent::Error(error));
             }
         }
         "result" => {
@@ -194,6 +202,17 @@ mod tests {
                     text: Some("Claude AI usage limit reached|1796054400".into())
                 }
             ]
+        );
+        // Claude Code 2.1.332 after a 429 it gives up on (measured against `rebound chaos`).
+        assert_eq!(
+            parse_line(
+                out,
+                r#"{"type":"assistant","message":{"model":"<synthetic>","content":[{"type":"text","text":"API Error: Request rejected (429) · Claude AI usage limit reached|1796155227"}]},"session_id":"s-1","error":"rate_limit","is_api_error_message":true,"api_error_status":429}"#
+            ),
+            vec![AgentEvent::Error(
+                "API Error: Request rejected (429) · Claude AI usage limit reached|1796155227"
+                    .into()
+            )]
         );
         assert!(parse_line(out, "not json").is_empty());
         assert!(parse_line(AgentOutput::Text, r#"{"type":"system","session_id":"x"}"#).is_empty());

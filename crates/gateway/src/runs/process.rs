@@ -219,6 +219,6 @@ mod tests {
         assert_eq!(tail.text(), "bbbb\ncccc\n");
         tail.push("0123456789abcdef");
         assert_eq!(tail.text(), "");
-        assert_eq!(Tail::from_text("x\ny\n", 4).text(), "y\n");
+        assert_eq!(Tail::from_text("x\ny\n", 3).text(), "y\n");
     }
 }
