@@ -160,6 +160,23 @@ impl Agents {
     pub fn profile(&self, id: &str) -> Option<&Arc<AgentProfile>> {
         self.profiles.get(id)
     }
+
+    /// The values of profile environment variables whose names say they hold a credential
+    /// (`…KEY…`, `…TOKEN…`, `…SECRET…`, `…PASSWORD…`): redacted wherever text leaves.
+    pub fn secrets(&self) -> impl Iterator<Item = String> + '_ {
+        self.profiles.values().flat_map(|p| {
+            p.env
+                .iter()
+                .filter(|(name, value)| {
+                    let name = name.to_ascii_uppercase();
+                    !value.is_empty()
+                        && ["KEY", "TOKEN", "SECRET", "PASSWORD"]
+                            .iter()
+                            .any(|word| name.contains(word))
+                })
+                .map(|(_, value)| value.clone())
+        })
+    }
 }
 
 /// An error at a dotted key.
@@ -320,14 +337,14 @@ command = "claude"
 args = ["-p", "{prompt}", "--output-format", "stream-json", "--verbose"]
 resume_args = ["-p", "{prompt}", "--resume", "{session}", "--output-format", "stream-json", "--verbose"]
 output = "claude-stream-json"
-env = { DISABLE_TELEMETRY = "1" }
+env = { DISABLE_TELEMETRY = "1", ANTHROPIC_API_KEY = "sk-ant-profile-secret-0123456789" }
 policy = { hard = { reset_wait_max_ms = 18000000, exhausted = "skip" } }
 
 [[agent]]
 id = "codex"
 command = "codex"
 args = ["exec", "--json", "{prompt}"]
-resume_args = ["exec", "--json", "resume", "{session}", "{prompt}"]
+resume_args = ["exec", "resume", "--json", "{session}", "{prompt}"]
 output = "codex-json"
 
 [[agent_route]]
@@ -351,6 +368,8 @@ agents = ["claude", "codex"]
         let wait = claude.policy.hard.reset_wait.unwrap();
         assert_eq!(wait.max, Duration::from_secs(18_000));
         assert_eq!(agents.profile("codex").unwrap().provider, "codex");
+        let secrets: Vec<String> = agents.secrets().collect();
+        assert_eq!(secrets, vec!["sk-ant-profile-secret-0123456789".to_owned()]);
     }
 
     #[test]

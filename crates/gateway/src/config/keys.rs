@@ -88,6 +88,7 @@ impl Config {
             .iter()
             .cloned()
             .chain(candidates)
+            .chain(self.agents.secrets())
             .collect()
     }
 

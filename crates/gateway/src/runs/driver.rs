@@ -289,7 +289,8 @@ impl Host for RunHost<'_> {
                     Phase::Setup
                 },
                 body: Some(evidence_text(&ran)),
-                invocation: Some(format!("{}:i{number}", run.id)),
+                // C4: this run, this generation, this invocation.
+                invocation: Some(format!("{}:g{}:i{number}", run.id, run.generation)),
                 ..Evidence::default()
             };
             return Attempted::Failed(Failed {

@@ -549,3 +549,36 @@ async fn bad_runs_are_refused() {
     assert!(agents.calls().is_empty());
     server.shutdown().await;
 }
+
+/// Secrets never leave in a run's output, evidence or events: a profile's key, by value, and
+/// any key by its shape.
+#[tokio::test]
+async fn a_key_the_agent_prints_never_reaches_the_run_record_or_its_events() {
+    let by_value = "profile-secret-value-7f3a9c";
+    let by_shape = "sk-ant-api03-RunCanary0123456789abcdefghij";
+    let agents = Agents::new(&json!({
+        "claude": [{"stdout": [claude_init(), claude_result(true, &format!("Invalid API key · Please run /login ({by_shape})"))], "stderr": [format!("using token {by_value}")], "exit": 1}],
+    }));
+    let profiles = agents
+        .profile(
+            "claude",
+            "claude-stream-json",
+            r#"{ hard = { exhausted = "stop" } }"#,
+        )
+        .replace(
+            "output = ",
+            &format!("env = {{ AGENT_TOKEN = \"{by_value}\" }}\noutput = "),
+        );
+    let route = "[[agent_route]]\nid = \"agents\"\nagents = [\"claude\"]\n";
+    let (server, _) = gateway(&profiles, route).await;
+    let (events, run) = run(&server, &agents).await;
+    assert_eq!(run["state"], "failed");
+    assert_eq!(run["invocations"][0]["rule_id"], "agent.login_required");
+    let seen = format!("{events:?}\n{run}");
+    assert!(
+        !seen.contains(by_value) && !seen.contains(by_shape),
+        "{seen}"
+    );
+    assert!(seen.contains("using token [redacted]"), "{seen}");
+    server.shutdown().await;
+}
