@@ -41,6 +41,8 @@ pub(super) async fn drive(gateway: Arc<Gateway>, id: String) {
     };
     let mut turn = None;
     let _ = recover(&gateway.engine, &mut host, &mut turn).await;
+    // A run that ended keeps no event channel nobody follows.
+    runs.unsubscribe_idle(&host.id);
 }
 
 /// The invocation in flight.
