@@ -83,6 +83,26 @@ fn state_line(event: &Value) -> String {
     line
 }
 
+/// One run in `--list`: id, state, profile, deadline and what follows it, last code.
+fn list_line(run: &Value) -> String {
+    let s = |k: &str| run.get(k).and_then(Value::as_str).unwrap_or("-").to_owned();
+    let deadline = run
+        .get("deadline_ms")
+        .and_then(Value::as_u64)
+        .map_or_else(|| "-".into(), |d| d.to_string());
+    format!(
+        "{:<30} {:<16} profile {:<12} deadline_ms {:<14} then {:<7} {}",
+        s("id"),
+        s("state"),
+        s("profile"),
+        deadline,
+        s("pending_outcome"),
+        run.pointer("/classification/code")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    )
+}
+
 /// Prints one event; the final state, once seen.
 fn print_event(event: &Value) -> Result<Option<String>> {
     match event.get("type").and_then(Value::as_str) {
@@ -196,6 +216,12 @@ pub(crate) fn run(args: RunArgs) -> Result<()> {
                     .and_then(Value::as_str)
                     .unwrap_or("-")
                     .to_owned()
+            } else if let Some(runs) = value.get("runs").and_then(Value::as_array) {
+                if runs.is_empty() {
+                    "no runs".to_owned()
+                } else {
+                    runs.iter().map(list_line).collect::<Vec<_>>().join("\n")
+                }
             } else {
                 serde_json::to_string_pretty(&value)?
             };
