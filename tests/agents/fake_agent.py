@@ -5,7 +5,8 @@ Usage: fake_agent.py NAME LOG PLAN [--resume SESSION] PROMPT...
 
 PLAN is a JSON file: {"NAME": [step, step, ...]}. The Nth call of NAME replays step N (the
 last step again once they run out): its "stdout" and "stderr" lines, "{session}" replaced by
-the session id, then exits with "exit" (default 0). A fresh call's session is
+the session id, then exits with "exit" (default 0); "sleep" seconds pass between its stdout
+and its stderr (an agent at work). A fresh call's session is
 "sess-NAME-N"; a resumed call keeps SESSION. Each call appends one JSON line to LOG (name,
 mode, session, prompt, cwd, time), so a test counts exactly how often each profile ran.
 """
@@ -43,6 +44,7 @@ def main():
     step = steps[min(calls, len(steps) - 1)]
     for line in step.get("stdout", []):
         print(line.replace("{session}", sid), flush=True)
+    time.sleep(step.get("sleep", 0))
     for line in step.get("stderr", []):
         print(line.replace("{session}", sid), file=sys.stderr, flush=True)
     sys.exit(step.get("exit", 0))

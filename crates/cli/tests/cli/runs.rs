@@ -80,18 +80,13 @@ fn codex(lines: &[Value], exit: i32) -> Value {
     json!({"stdout": lines.iter().map(Value::to_string).collect::<Vec<_>>(), "exit": exit})
 }
 
-#[test]
-fn a_run_waiting_for_a_usage_reset_survives_sigkill_and_resumes_its_session_once() {
-    let dir = std::env::temp_dir().join(format!("rebound-runs-sigkill-{}", std::process::id()));
+/// A fresh directory with the fake Codex's `plan` and a config whose one agent route runs it;
+/// the directory and the config's path.
+fn setup(name: &str, plan_json: &Value) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("rebound-runs-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let (log, plan) = (dir.join("calls.log"), dir.join("plan.json"));
-    let thread = json!({"type": "thread.started", "thread_id": "{session}"});
-    let limit = "You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 3 seconds.";
-    let plan_json = json!({"codex": [
-        codex(&[thread.clone(), json!({"type": "turn.failed", "error": {"message": limit}})], 1),
-        codex(&[thread, json!({"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "resumed and done"}}), json!({"type": "turn.completed"})], 0),
-    ]});
     std::fs::write(&plan, plan_json.to_string()).unwrap();
     let head = json!([
         fake_agent().display().to_string(),
@@ -137,8 +132,11 @@ agents = ["codex"]
         ),
     )
     .unwrap();
+    (dir, config)
+}
 
-    let gateway = serve(&config);
+/// Submits a run in `dir`; its id.
+fn submit(gateway: &Serve, dir: &Path) -> String {
     let body = json!({"prompt": "fix the build", "cwd": dir.display().to_string()}).to_string();
     let submitted = body_of(&http(
         &gateway.1,
@@ -147,7 +145,42 @@ agents = ["codex"]
             body.len()
         ),
     ));
-    let id = submitted["id"].as_str().unwrap().to_owned();
+    submitted["id"].as_str().unwrap().to_owned()
+}
+
+/// The fake agent's calls: (mode, session) each.
+fn calls(dir: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(dir.join("calls.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let c: Value = serde_json::from_str(l).unwrap();
+            (
+                c["mode"].as_str().unwrap().to_owned(),
+                c["session"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn thread() -> Value {
+    json!({"type": "thread.started", "thread_id": "{session}"})
+}
+
+#[test]
+fn a_run_waiting_for_a_usage_reset_survives_sigkill_and_resumes_its_session_once() {
+    let limit = "You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 3 seconds.";
+    let (dir, config) = setup(
+        "sigkill-wait",
+        &json!({"codex": [
+            codex(&[thread(), json!({"type": "turn.failed", "error": {"message": limit}})], 1),
+            codex(&[thread(), json!({"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "resumed and done"}}), json!({"type": "turn.completed"})], 0),
+        ]}),
+    );
+    let log = dir.join("calls.log");
+
+    let gateway = serve(&config);
+    let id = submit(&gateway, &dir);
     let waiting = wait_for(&gateway.1, &id, "waiting", Duration::from_secs(10));
     assert_eq!(waiting["pending_outcome"], "resume", "{waiting}");
     let deadline_ms = waiting["deadline_ms"].as_u64().unwrap();
@@ -179,6 +212,36 @@ agents = ["codex"]
     assert!(
         resumed_ms >= deadline_ms,
         "resumed at {resumed_ms}, before its deadline {deadline_ms}"
+    );
+    drop(gateway);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// P3: a run whose agent was running when rebound was killed may have acted; after the
+/// restart it waits for a human, and the agent is not started again.
+#[test]
+fn a_run_killed_while_its_agent_runs_needs_action_and_is_not_started_again() {
+    let mut working = codex(&[thread()], 0);
+    working["sleep"] = json!(2);
+    let (dir, config) = setup("sigkill-running", &json!({"codex": [working]}));
+    let gateway = serve(&config);
+    let id = submit(&gateway, &dir);
+    wait_for(&gateway.1, &id, "running", Duration::from_secs(10));
+    drop(gateway); // SIGKILL while the agent works
+
+    let gateway = serve(&config);
+    let runs_line = gateway.2.last().unwrap();
+    assert!(
+        runs_line.contains("(0 resumed, 1 need action)"),
+        "{:?}",
+        gateway.2
+    );
+    let held = wait_for(&gateway.1, &id, "action_required", Duration::from_secs(5));
+    assert_eq!(held["error"]["reason"], "invocation_may_have_run", "{held}");
+    assert_eq!(held["invocations"][0]["outcome"], "unknown", "{held}");
+    assert_eq!(
+        calls(&dir),
+        vec![("fresh".to_owned(), "sess-codex-1".to_owned())]
     );
     drop(gateway);
     std::fs::remove_dir_all(dir).unwrap();
