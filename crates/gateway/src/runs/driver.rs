@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime};
 
 use rebound_core::status::StopReason;
 use rebound_core::{Action, Caller, Diagnostics, Evidence, Phase, Safety, Turn, Wait};
-use rebound_runtime::{Attempted, Decision, Failed, Flow, Host, recover};
+use rebound_runtime::{Attempted, Decision, Failed, Flow, Host, Report, recover};
 use rebound_store::AttemptOutcome;
 use rebound_store::runs::{
     Invocation, InvocationMode, InvocationOp, RunRecord, RunSession, RunState,
@@ -429,6 +429,21 @@ impl Host for RunHost<'_> {
 
     /// The terminal error is on record (see `commit`).
     async fn stop(&mut self, _failed: Failed<Left>, _diagnostics: Box<Diagnostics>, _attempt: u32) {
+    }
+
+    /// Runs count like requests, under the protocol `agent`, and their invocations like
+    /// attempts, under the profile's id (G6).
+    fn report(&self, report: Report<'_>) {
+        // A run that ends without a decision was taken over, or held before it ran.
+        if matches!(report, Report::Ended) {
+            return;
+        }
+        crate::observe::count(
+            &self.gateway.metrics,
+            "agent",
+            |c| self.candidate_id(c),
+            &report,
+        );
     }
 }
 
