@@ -24,6 +24,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from install import InstallError, install  # noqa: E402
+import agent_run  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -289,7 +290,7 @@ def main():
     chaos = start(["chaos", "--listen", f"127.0.0.1:{CHAOS_PORT}", "--chunk-delay-ms", "0", "--reply", "text"], "chaos")
     config = os.path.join(WORK, "rebound.toml")
     with open(config, "w") as f:
-        f.write(CONFIG)
+        f.write(CONFIG + agent_run.profile(clients.claude, CHAOS_PORT, agent_run.home(WORK), AGENT_RUN_KEY))
     gateway = start(["serve", "--config", config], "serve")
     try:
         wait_for(CHAOS_PORT)
@@ -303,7 +304,14 @@ def main():
     return 0 if passed == len(results) else 1
 
 
+AGENT_RUN_KEY = "claude-code-agent-run-usage-limit"
+
+
 def all_checks(clients):
+    # An agent run (#21): rebound runs Claude Code itself, waits for the usage reset it printed,
+    # and resumes its session; chaos sees the failed request and the resumed one.
+    agent = lambda key: agent_run.run(REBOUND, GATEWAY, agent_run.home(WORK))  # noqa: E731
+    check(AGENT_RUN_KEY.replace("-", " "), agent, agent_run.script(), agent_run.completed, 2)
     cc = lambda key: claude_code(clients, key)  # noqa: E731
     check("claude-code clean", cc, "ok", claude_ok, 1)
     check("claude-code 429 retry-after", cc, "429+retry-after:1, ok", claude_ok, 2)

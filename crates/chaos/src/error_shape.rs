@@ -24,6 +24,14 @@ pub fn error_body_with_key(
     body
 }
 
+/// `body`'s `error.message` (both protocols' place for it) replaced by `message`
+/// (`+message:TEXT`).
+pub fn set_message(body: &mut Value, message: &str) {
+    if let Some(slot) = body.pointer_mut("/error/message") {
+        *slot = json!(message);
+    }
+}
+
 /// An error message that echoes the key the request presented (`+echo-key`).
 pub fn echoed_message(message: &str, key: &str) -> String {
     format!("{message} (request key: {key})")

@@ -87,6 +87,9 @@ async fn take_step(
             let code = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let mut body =
                 error_shape::error_body_with_key(protocol, *status, *context, presented_key);
+            if let Some(message) = &taken.modifiers.message {
+                error_shape::set_message(&mut body, message);
+            }
             if let (true, Some(key)) = (taken.modifiers.echo_key, presented_key) {
                 error_shape::echo_key(&mut body, key);
             }

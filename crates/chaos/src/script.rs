@@ -76,6 +76,10 @@ pub struct Modifiers {
     /// body, the in-stream error event) echoes the key the request presented, as a careless
     /// upstream or proxy does: a test of whether keys leak.
     pub echo_key: bool,
+    /// `+message:TEXT`, after a status: the error body's message is TEXT instead of the
+    /// protocol's stock one (a usage limit with its reset, as a provider words it). TEXT
+    /// holds neither `+` nor `,`.
+    pub message: Option<String>,
 }
 
 /// Whether a reply calls one of the request's tools.
@@ -265,10 +269,15 @@ fn parse_status(step: &str) -> Result<Step, String> {
         },
     };
     let mut echo_key = false;
+    let mut message = None;
     let headers = parts
         .filter(|h| {
             let echo = h.trim() == "echo-key";
             echo_key |= echo;
+            if let Some(text) = h.trim().strip_prefix("message:") {
+                message = Some(text.trim().to_owned());
+                return false;
+            }
             !echo
         })
         .map(|h| {
@@ -287,9 +296,13 @@ fn parse_status(step: &str) -> Result<Step, String> {
         context,
         headers,
     };
-    if echo_key {
+    if message.as_deref().is_some_and(str::is_empty) {
+        return Err("`+message:` needs a text".to_owned());
+    }
+    if echo_key || message.is_some() {
         let modifiers = Modifiers {
             echo_key,
+            message,
             ..Modifiers::default()
         };
         return Ok(Step::With(Box::new(status), modifiers));
@@ -338,6 +351,9 @@ impl fmt::Display for Step {
                 }
                 if modifiers.echo_key {
                     f.write_str("+echo-key")?;
+                }
+                if let Some(message) = &modifiers.message {
+                    write!(f, "+message:{message}")?;
                 }
                 Ok(())
             }
@@ -434,8 +450,30 @@ mod tests {
                 redacted_thinking: false,
                 tool: ToolChoice::Named("Read".into()),
                 echo_key: false,
+                message: None,
             })
         );
+    }
+
+    #[test]
+    fn a_status_can_carry_its_own_message() {
+        let steps = parse_script(
+            "429+message:Claude AI usage limit reached|1796054400+x-should-retry:false, ok",
+        )
+        .unwrap();
+        let (base, modifiers) = steps[0].parts();
+        assert!(
+            matches!(base, Step::Status { status: 429, headers, .. } if headers == &[("x-should-retry".to_owned(), "false".to_owned())])
+        );
+        assert_eq!(
+            modifiers.message.as_deref(),
+            Some("Claude AI usage limit reached|1796054400")
+        );
+        assert_eq!(
+            steps[0].to_string(),
+            "429+x-should-retry:false+message:Claude AI usage limit reached|1796054400"
+        );
+        assert!(parse_step("429+message:").is_err());
     }
 
     #[test]

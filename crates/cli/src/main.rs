@@ -9,6 +9,7 @@ mod demo;
 mod jobs;
 mod limits;
 mod log;
+mod run;
 mod serve;
 
 use std::io::Write;
@@ -54,6 +55,9 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Durable jobs on a running gateway: list, show, retry, skip, stop.
     Jobs(jobs::JobsArgs),
+    /// A durable agent run on a running gateway: an agent CLI that waits for usage resets,
+    /// resumes its session or switches profile (see docs/agent-runs.md).
+    Run(run::RunArgs),
     /// Everything at once, offline: chaos upstream, gateway, a few dozen failing requests.
     Demo(demo::DemoArgs),
     /// Run a fault-injecting upstream that speaks OpenAI and Anthropic, for testing recovery.
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Jobs(args) => jobs::run(args),
+        Command::Run(args) => run::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

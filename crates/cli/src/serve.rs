@@ -10,6 +10,7 @@ use clap::Args;
 use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
 use rebound_runtime::HttpClient;
 use rebound_store::SqliteStore;
+use rebound_store::runs::SqliteRunStore;
 
 use crate::bad_input;
 use crate::log::LogFormat;
@@ -139,22 +140,30 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         let store_path = config.store_path.clone();
         let store = SqliteStore::open(&store_path)
             .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
+        let run_store = SqliteRunStore::open(&store_path)
+            .map_err(|e| bad_input(format!("agent runs at {}: {e}", store_path.display())))?;
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
-            .with_jobs(Arc::new(store));
+            .with_jobs(Arc::new(store))
+            .with_runs(Arc::new(run_store));
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
         let resumed = rebound_gateway::jobs::resume(server.gateway())
             .await
             .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
+        let runs = rebound_gateway::runs::resume(server.gateway())
+            .await
+            .map_err(|e| bad_input(format!("agent runs at {}: {e}", store_path.display())))?;
         let addr = server.addr();
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n{connections}\n{}",
+            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n  agent runs          http://{addr}/v1/rebound/runs ({} resumed, {} need action)\n{connections}\n{}",
             resumed.due.len(),
             resumed.action_required.len(),
             store_path.display(),
+            runs.due.len(),
+            runs.action_required.len(),
             routes.join("\n")
         );
         let _ = out.flush();

@@ -84,11 +84,14 @@ pub enum HintFormat {
     /// A time of day (`3pm`, `15:00`, `3:30 PM`) in the zone of the `tz` group, which must be
     /// UTC, GMT, Z or a numeric offset; without a zone the value is dropped.
     Clock,
+    /// A duration in words, as agent CLIs print it (`4 days 2 hours 46 minutes`, `3 hours 2
+    /// minutes`, `1 day, 5 hours and 3 minutes`, `45 seconds`).
+    Words,
 }
 
 impl HintFormat {
     /// Every format, with the regex group name that selects it.
-    pub const GROUPS: [(&'static str, HintFormat); 7] = [
+    pub const GROUPS: [(&'static str, HintFormat); 8] = [
         ("seconds", HintFormat::Seconds),
         ("ms", HintFormat::Millis),
         ("minutes", HintFormat::Minutes),
@@ -96,6 +99,7 @@ impl HintFormat {
         ("at", HintFormat::At),
         ("epoch", HintFormat::Epoch),
         ("clock", HintFormat::Clock),
+        ("words", HintFormat::Words),
     ];
 
     /// Turns a captured value into a wait from `now`. Absolute times in the past are not
@@ -117,6 +121,7 @@ impl HintFormat {
                 at.duration_since(now).ok()?
             }
             HintFormat::Clock => clock_delay(value, tz?, now)?,
+            HintFormat::Words => parse_words_duration(value)?,
         };
         Some(saturate(delay))
     }
@@ -154,6 +159,41 @@ pub fn parse_decimal_duration(value: &str, unit_nanos: u128) -> Option<Duration>
     let secs = u64::try_from(nanos / 1_000_000_000).ok()?;
     let sub = u32::try_from(nanos % 1_000_000_000).ok()?;
     Some(Duration::new(secs, sub))
+}
+
+/// Parses a duration in words: one or more `<integer> <unit>` with units `week`, `day`,
+/// `hour`, `minute`, `second` (singular or plural, or `hr`, `hrs`, `min`, `mins`, `sec`,
+/// `secs`), separated by spaces, commas or `and` (`4 days 2 hours 46 minutes`). A unit may
+/// appear once; anything else is refused.
+pub fn parse_words_duration(value: &str) -> Option<Duration> {
+    const UNITS: [(&[&str], u64); 5] = [
+        (&["week", "weeks", "wk", "wks"], 7 * 86_400),
+        (&["day", "days"], 86_400),
+        (&["hour", "hours", "hr", "hrs", "h"], 3_600),
+        (&["minute", "minutes", "min", "mins", "m"], 60),
+        (&["second", "seconds", "sec", "secs", "s"], 1),
+    ];
+    let lower = value.to_ascii_lowercase();
+    let mut words = lower
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|w| !w.is_empty() && *w != "and");
+    let mut seen = [false; UNITS.len()];
+    let mut total: u64 = 0;
+    let mut any = false;
+    while let Some(number) = words.next() {
+        if number.is_empty() || number.len() > 9 || !number.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u64 = number.parse().ok()?;
+        let unit = words.next()?;
+        let slot = UNITS.iter().position(|(names, _)| names.contains(&unit))?;
+        if std::mem::replace(&mut seen[slot], true) {
+            return None;
+        }
+        total = total.checked_add(n.checked_mul(UNITS[slot].1)?)?;
+        any = true;
+    }
+    any.then(|| Duration::from_secs(total))
 }
 
 /// Parses a Go or protobuf duration: one or more `<decimal><unit>` with units `h`, `m`, `s`,
@@ -352,6 +392,48 @@ mod tests {
             assert_eq!(parse_decimal_duration(bad, s), None, "{bad:?}");
         }
         assert_eq!(parse_decimal_duration("9999999999999999999999", s), None);
+    }
+
+    #[test]
+    fn durations_in_words() {
+        let d = |days: u64, hours: u64, minutes: u64| {
+            Duration::from_secs(days * 86_400 + hours * 3_600 + minutes * 60)
+        };
+        assert_eq!(
+            parse_words_duration("4 days 2 hours 46 minutes"),
+            Some(d(4, 2, 46))
+        );
+        assert_eq!(parse_words_duration("3 hours 2 minutes"), Some(d(0, 3, 2)));
+        assert_eq!(
+            parse_words_duration("5 days 22 hours 11\nminutes"),
+            Some(d(5, 22, 11))
+        );
+        assert_eq!(
+            parse_words_duration("1 day, 5 hours and 3 minutes"),
+            Some(d(1, 5, 3))
+        );
+        assert_eq!(
+            parse_words_duration("45 Seconds"),
+            Some(Duration::from_secs(45))
+        );
+        assert_eq!(parse_words_duration("2 weeks"), Some(d(14, 0, 0)));
+        for bad in [
+            "",
+            "days",
+            "4",
+            "4 fortnights",
+            "2 hours 3 hours",
+            "-1 hours",
+            "1.5 hours",
+            "four days",
+        ] {
+            assert_eq!(parse_words_duration(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            HintFormat::Words.parse("9 weeks", None, at(0)),
+            Some(MAX_HINT),
+            "saturated, not dropped"
+        );
     }
 
     #[test]

@@ -22,6 +22,8 @@
 //! - [`jobs`]: durable jobs: the jobs API and the driver that persists every decision.
 //! - `health`: the shared health ledger as `GET /v1/rebound/health` shows it (S6); the ledger
 //!   itself is the recovery engine's, so live requests and jobs share it (S1).
+//! - [`runs`]: durable agent runs: agent CLIs as child processes, resumed or switched by the
+//!   recovery loop with effect safety for agents (D4).
 //! - [`metrics`]: what happened, counted, without secrets; `observe` counts what the recovery
 //!   loop reports, for live requests and jobs alike. Events (one per attempt outcome) go
 //!   through `tracing`; the binary chooses where they are written.
@@ -46,6 +48,7 @@ mod passthrough;
 mod reply;
 pub mod responses;
 mod router;
+pub mod runs;
 pub mod server;
 pub mod shape;
 pub mod state;

@@ -67,6 +67,9 @@ impl Surface {
             (_, p) if p == "/v1/rebound/jobs" || p.starts_with("/v1/rebound/jobs/") => {
                 Surface::Rebound
             }
+            (_, p) if p == "/v1/rebound/runs" || p.starts_with("/v1/rebound/runs/") => {
+                Surface::Rebound
+            }
             // rebound's own namespace is never passed through.
             (_, p) if p == "/v1/rebound" || p.starts_with("/v1/rebound/") => Surface::Unserved,
             _ => Surface::PassThrough,
@@ -136,7 +139,7 @@ async fn serve(gateway: &Arc<Gateway>, surface: Surface, req: Request<Incoming>)
                 StatusCode::NOT_FOUND,
                 "not_found_error",
                 &format!(
-                    "rebound serves no {} {} (its own paths are /v1/rebound/policies, /v1/rebound/health and /v1/rebound/jobs)",
+                    "rebound serves no {} {} (its own paths are /v1/rebound/policies, /v1/rebound/health, /v1/rebound/jobs and /v1/rebound/runs)",
                     req.method(),
                     req.uri().path()
                 ),
@@ -176,6 +179,9 @@ async fn rebound(gateway: Arc<Gateway>, req: Request<Incoming>) -> Response<Body
                     "rebound: the job is too large",
                 );
             };
+            if path == "/v1/rebound/runs" || path.starts_with("/v1/rebound/runs/") {
+                return crate::runs::handle(gateway, &method, &path, body).await;
+            }
             crate::jobs::handle(gateway, &method, &path, body).await
         }
     }

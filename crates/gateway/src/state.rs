@@ -12,6 +12,7 @@ use crate::config::Config;
 use crate::jobs::ledger::Jobs;
 use crate::metrics::Metrics;
 use crate::responses::Homes;
+use crate::runs::ledger::Runs;
 
 /// Everything a request needs, shared.
 pub struct Gateway {
@@ -20,6 +21,7 @@ pub struct Gateway {
     pub(crate) engine: Engine,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) jobs: Option<Jobs>,
+    pub(crate) runs: Option<Runs>,
     /// Which candidate made each response id of the Responses API rebound relayed.
     pub(crate) responses: Homes,
 }
@@ -47,6 +49,7 @@ impl Gateway {
             engine,
             metrics,
             jobs: None,
+            runs: None,
             responses: Homes::default(),
         }
     }
@@ -54,6 +57,12 @@ impl Gateway {
     /// Enables durable jobs (`/v1/rebound/jobs`), kept in `store`.
     pub fn with_jobs(mut self, store: Arc<dyn rebound_store::JobStore>) -> Self {
         self.jobs = Some(Jobs::new(store));
+        self
+    }
+
+    /// Enables durable agent runs (`/v1/rebound/runs`), kept in `store`.
+    pub fn with_runs(mut self, store: Arc<dyn rebound_store::runs::RunStore>) -> Self {
+        self.runs = Some(Runs::new(store));
         self
     }
 

@@ -11,6 +11,8 @@
 //! - [`reconcile`](mod@reconcile): the restart rule (P3), written once over [`JobStore`], so
 //!   every store inherits it rather than re-implementing it.
 //! - [`sqlite`]: the embedded implementation: one SQLite file, migrated on open.
+//! - [`runs`]: durable agent runs, their own record, interface, restart rule and tables in
+//!   the same file.
 //!
 //! ## What it must never do
 //! Change a job except through [`JobStore::transition`], which is fenced by the job's
@@ -24,6 +26,7 @@
 
 pub mod model;
 pub mod reconcile;
+pub mod runs;
 pub mod sqlite;
 
 pub use model::{

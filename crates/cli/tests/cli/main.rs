@@ -10,6 +10,7 @@
 mod chaos;
 mod classify;
 mod jobs;
+mod runs;
 mod serve;
 
 use std::io::{Read, Write};

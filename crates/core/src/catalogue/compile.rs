@@ -543,7 +543,7 @@ fn compile_hint(
     let [format] = formats[..] else {
         return Err(ctx.err(
             Some(&pattern_field),
-            "needs exactly one value group: (?P<seconds>…), (?P<ms>…), (?P<minutes>…), (?P<duration>…), (?P<at>…), (?P<epoch>…) or (?P<clock>…)",
+            "needs exactly one value group: (?P<seconds>…), (?P<ms>…), (?P<minutes>…), (?P<duration>…), (?P<at>…), (?P<epoch>…), (?P<clock>…) or (?P<words>…)",
         ));
     };
     if names.contains("tz") && format != HintFormat::Clock {

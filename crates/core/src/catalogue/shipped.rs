@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 19] = [
+const SHIPPED: [(&str, &str); 20] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -80,6 +80,10 @@ const SHIPPED: [(&str, &str); 19] = [
     (
         "rules/ollama.toml",
         include_str!("../../../../catalogue/rules/ollama.toml"),
+    ),
+    (
+        "rules/agent.toml",
+        include_str!("../../../../catalogue/rules/agent.toml"),
     ),
 ];
 

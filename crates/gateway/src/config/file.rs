@@ -34,6 +34,12 @@ pub(super) struct ConfigFile {
     pub(super) candidate: Vec<CandidateFile>,
     #[serde(default)]
     pub(super) route: Vec<RouteFile>,
+    /// Agent profiles: agent CLIs run headless (docs/agent-runs.md).
+    #[serde(default)]
+    pub(super) agent: Vec<super::agent::AgentFile>,
+    /// Agent routes: profiles as candidates.
+    #[serde(default)]
+    pub(super) agent_route: Vec<super::agent::AgentRouteFile>,
 }
 
 #[derive(Debug, Deserialize)]

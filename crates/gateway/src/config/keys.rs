@@ -118,6 +118,7 @@ impl Config {
             .iter()
             .cloned()
             .chain(candidates)
+            .chain(self.agents.secrets())
             .collect()
     }
 

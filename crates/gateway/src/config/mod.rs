@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rebound_core::Policy;
 use rebound_runtime::Protocol;
 
+mod agent;
 mod backlog;
 mod file;
 mod health;
@@ -17,6 +18,7 @@ mod policy;
 mod route;
 mod timeouts;
 
+pub use agent::{AgentOutput, AgentProfile, AgentRoute, Agents, DEFAULT_RESUME_PROMPT};
 pub use backlog::DEFAULT_LISTEN_BACKLOG;
 use file::{ConfigFile, compile_switch};
 pub use keys::CLIENT_CREDENTIAL_HEADERS;
@@ -124,6 +126,8 @@ pub struct Config {
     pub timeouts: TimeoutOverrides,
     /// The connect timeout (`[timeouts] connect_ms`), gateway-wide.
     pub connect_timeout: Option<std::time::Duration>,
+    /// Agent profiles and agent routes (`[[agent]]`, `[[agent_route]]`).
+    pub agents: Agents,
 }
 
 impl Config {
@@ -455,7 +459,15 @@ pub fn load_with(
         Some(n) => n,
         None => backlog::default_backlog(),
     };
+    let agents = agent::compile_agents(
+        &parsed.agent,
+        &parsed.agent_route,
+        &default_policy,
+        &catalogue,
+    )
+    .map_err(|(key, message)| err(Some(key), message))?;
     let config = Config {
+        agents,
         deadline,
         listen,
         strip_headers,

@@ -85,6 +85,16 @@ impl JobHost<'_> {
             .health()
             .filter(|_| job.pending_outcome.as_deref() == Some(COOLDOWN))
             .map(|health| health.subscribe());
+        // A change between the rest's decision and this subscription (a probe that reported
+        // meanwhile) is not missed: a candidate that may serve now ends the wait at once.
+        if let (Some(health), Some(id)) = (
+            self.gateway.engine.health().filter(|_| changes.is_some()),
+            job.candidates.get(job.turn.candidate),
+        ) && health.may_serve(id, now)
+        {
+            self.due(job).await;
+            return;
+        }
         let ledger_changed = async {
             if let Some(changes) = changes.as_mut()
                 && changes.changed().await.is_ok()

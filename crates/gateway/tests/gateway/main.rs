@@ -19,6 +19,7 @@ mod jobs;
 mod passthrough;
 mod recovery;
 mod responses;
+mod runs;
 mod secrets;
 mod silence;
 mod soak;

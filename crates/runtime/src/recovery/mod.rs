@@ -203,6 +203,12 @@ pub trait Host {
     /// succeed at once and never need one).
     fn new_turn(&self) -> Turn;
 
+    /// Whether this host's candidates are in the engine's shared health ledger (S1): gated
+    /// before each attempt, and told each outcome. Yes by default.
+    fn shares_health(&self) -> bool {
+        true
+    }
+
     /// How many keys route position `candidate` holds (S4): each rests on its own in the
     /// shared health ledger. One by default.
     fn keys(&self, candidate: usize) -> usize {
@@ -308,7 +314,7 @@ pub async fn recover<H: Host>(
         // in, not room for the largest one.
         let failed = match Box::pin(host.attempt(candidate, attempt)).await {
             Attempted::Succeeded(success) => {
-                if let Some(health) = engine.health() {
+                if let Some(health) = ledger(engine, host) {
                     slot.succeeded(health, host.candidate_id(candidate));
                 }
                 if let Some(turn) = turn {
@@ -318,7 +324,7 @@ pub async fn recover<H: Host>(
                 return Ending::Succeeded(success);
             }
             Attempted::Ended => {
-                if let Some(health) = engine.health() {
+                if let Some(health) = ledger(engine, host) {
                     let now = engine.clock().now();
                     slot.abandoned(health, host.candidate_id(candidate), now);
                 }
@@ -343,6 +349,11 @@ pub async fn recover<H: Host>(
     }
 }
 
+/// The shared health ledger, when `host` takes part in it.
+fn ledger<'a, H: Host>(engine: &'a Engine, host: &H) -> Option<&'a Arc<SharedHealth>> {
+    engine.health().filter(|_| host.shares_health())
+}
+
 /// What follows a decided failure.
 enum Next<R> {
     /// Another attempt, after a failure of this class.
@@ -365,7 +376,7 @@ async fn after_failure<H: Host>(
 ) -> Next<H::Stopped> {
     let decision = decide(engine, turn, &failed, candidate, attempt);
     let mut next_key = false;
-    if let Some(health) = engine.health() {
+    if let Some(health) = ledger(engine, host) {
         let now = engine.clock().now();
         let classification = &decision.classification;
         let id = host.candidate_id(candidate);

@@ -160,7 +160,7 @@ pub(super) async fn consult<H: Host>(
     candidate: usize,
     attempt: u32,
 ) -> Consulted<H::Stopped> {
-    let Some(health) = engine.health() else {
+    let Some(health) = super::ledger(engine, host) else {
         return Consulted::Go(Slot::default());
     };
     let now = engine.clock().now();
