@@ -11,6 +11,8 @@
 //! - [`reconcile`](mod@reconcile): the restart rule (P3), written once over [`JobStore`], so
 //!   every store inherits it rather than re-implementing it.
 //! - [`sqlite`]: the embedded implementation: one SQLite file, migrated on open.
+//! - [`postgres`](mod@postgres): the shared implementation: one PostgreSQL database for
+//!   several gateway instances, each holding the jobs it drives with a lease (X1, X2).
 //!
 //! ## What it must never do
 //! Change a job except through [`JobStore::transition`], which is fenced by the job's
@@ -20,14 +22,17 @@
 //! field ([`StoreError::Corrupt`]).
 //!
 //! Time is a [`std::time::SystemTime`] at this crate's interface; integer milliseconds are
-//! the SQLite columns' business.
+//! the columns' business. Leases alone are on the database's clock.
 
+mod column;
 pub mod model;
+pub mod postgres;
 pub mod reconcile;
 pub mod sqlite;
 
 pub use model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use reconcile::{DueJob, Reconciliation, reconcile};
 pub use sqlite::SqliteStore;
