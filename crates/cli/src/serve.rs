@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use rebound_gateway::config::Config;
 use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
 use rebound_runtime::{HttpClient, Timeouts};
-use rebound_store::SqliteStore;
+use rebound_store::{JobStore, PostgresOptions, PostgresStore, SqliteStore};
 
 use crate::bad_input;
 use crate::log::LogFormat;
@@ -77,6 +78,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         config.listen_backlog
     );
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
+    // Opened before the async runtime starts, and dropped after it ends: the PostgreSQL
+    // client blocks on its own connections, which it must never do on the async thread.
+    let (store, store_name) = open_store(&config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -99,17 +103,14 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
                 format!("  route {} [{}]: {}", r.id, r.models.join(", "), candidates.join(", "))
             })
             .collect();
-        let store_path = config.store_path.clone();
-        let store = SqliteStore::open(&store_path)
-            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
-            .with_jobs(Arc::new(store));
+            .with_jobs(Arc::clone(&store));
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
         let resumed = rebound_gateway::jobs::resume(server.gateway())
             .await
-            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
+            .map_err(|e| bad_input(format!("durable jobs at {store_name}: {e}")))?;
         let addr = server.addr();
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
@@ -117,7 +118,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n{connections}\n{}",
             resumed.due.len(),
             resumed.action_required.len(),
-            store_path.display(),
+            store_name,
             routes.join("\n")
         );
         let _ = out.flush();
@@ -127,3 +128,32 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         Ok(())
     })
 }
+
+/// The durable jobs store the configuration names, opened (and migrated), and how the banner
+/// names it: the SQLite file, or the PostgreSQL URL (which holds no password).
+fn open_store(config: &Config) -> Result<(Arc<dyn JobStore>, String)> {
+    match &config.shared_store {
+        Some(shared) => {
+            let store = PostgresStore::connect(PostgresOptions {
+                url: shared.url.clone(),
+                password: shared.password.clone(),
+                lease: shared.lease,
+                pool_size: POSTGRES_POOL_SIZE,
+                owner: None,
+            })
+            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", shared.url)))?;
+            let name = format!("{}, instance {}", shared.url, store.owner());
+            Ok((Arc::new(store), name))
+        }
+        None => {
+            let path = &config.store_path;
+            let store = SqliteStore::open(path)
+                .map_err(|e| bad_input(format!("durable jobs at {}: {e}", path.display())))?;
+            Ok((Arc::new(store), path.display().to_string()))
+        }
+    }
+}
+
+/// The most PostgreSQL connections one instance opens: the store is reached from the
+/// blocking pool, one call per connection at a time.
+const POSTGRES_POOL_SIZE: u32 = 8;

@@ -14,11 +14,13 @@ mod backlog;
 mod keys;
 mod policy;
 mod route;
+mod store;
 
 pub use backlog::DEFAULT_LISTEN_BACKLOG;
 pub use keys::CLIENT_CREDENTIAL_HEADERS;
 use policy::{PolicyFile, compile_policy};
 pub use route::{Candidate, Route, Routes, Switch, matches_pattern};
+pub use store::{DEFAULT_LEASE, SharedStore};
 
 /// The default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 32 << 20;
@@ -97,6 +99,12 @@ struct ConfigFile {
     listen_backlog: Option<u32>,
     body_limit_bytes: Option<usize>,
     store_path: Option<String>,
+    /// A PostgreSQL database shared by several instances (X1), instead of `store_path`.
+    store: Option<String>,
+    /// The environment variable holding the PostgreSQL password.
+    store_password_env: Option<String>,
+    /// How long an instance's hold on a job lasts unless renewed (X2).
+    store_lease_ms: Option<u64>,
     header_read_timeout_ms: Option<u64>,
     max_connections: Option<usize>,
     /// The default request deadline of every route (D6).
@@ -203,8 +211,11 @@ pub struct Config {
     /// The request deadline of a route that sets none, and of a request that has no route
     /// of the configuration's (a stored response, a pass-through): `deadline_ms` (D6).
     pub deadline: Option<std::time::Duration>,
-    /// The durable jobs database.
+    /// The durable jobs database, when it is a SQLite file (the default).
     pub store_path: std::path::PathBuf,
+    /// The PostgreSQL database several instances share, when `store` names one: then
+    /// `store_path` is not used.
+    pub shared_store: Option<SharedStore>,
     /// How long a client may take to send a request head.
     pub header_read_timeout: std::time::Duration,
     /// The most client connections served at once; more wait to be accepted. `None` (not
@@ -487,6 +498,16 @@ pub fn load_with(
         Some(path) => std::path::PathBuf::from(path),
         None => default_store_path(env),
     };
+    let shared_store = store::compile(
+        &store::StoreFile {
+            store: parsed.store.as_deref(),
+            store_path: parsed.store_path.as_deref(),
+            store_password_env: parsed.store_password_env.as_deref(),
+            store_lease_ms: parsed.store_lease_ms,
+        },
+        env,
+    )
+    .map_err(|(key, message)| err(Some(key), message))?;
     let header_read_timeout = match parsed.header_read_timeout_ms {
         Some(0) => {
             return Err(err(
@@ -524,6 +545,7 @@ pub fn load_with(
         body_limit,
         routes: Routes::new(routes),
         store_path,
+        shared_store,
         header_read_timeout,
         max_connections: parsed.max_connections,
     };
