@@ -137,6 +137,7 @@ fn open_store(config: &Config) -> Result<(Arc<dyn JobStore>, String)> {
             let store = PostgresStore::connect(PostgresOptions {
                 url: shared.url.clone(),
                 password: shared.password.clone(),
+                ca_file: shared.ca_file.clone(),
                 lease: shared.lease,
                 pool_size: POSTGRES_POOL_SIZE,
                 owner: None,

@@ -169,6 +169,7 @@ fn main() {
         PostgresStore::connect(PostgresOptions {
             url: url.clone(),
             password: Some(password.clone()),
+            ca_file: std::env::var_os("REBOUND_TEST_POSTGRES_CA").map(Into::into),
             lease: Duration::from_secs(60),
             pool_size: u32::try_from(threads).unwrap(),
             owner: None,

@@ -5,7 +5,8 @@
 //!
 //! These tests need a server: `.ci/run` starts a throwaway cluster and runs them with
 //! `--ignored`, with `REBOUND_TEST_POSTGRES` (an admin URL without password),
-//! `REBOUND_TEST_PGPASSWORD` and `REBOUND_TEST_POSTGRES_RESTART` (a command that restarts
+//! `REBOUND_TEST_PGPASSWORD`, `REBOUND_TEST_POSTGRES_CA` (the CA of its certificate: the
+//! instances connect over TLS) and `REBOUND_TEST_POSTGRES_RESTART` (a command that restarts
 //! the server) set. Without them they fail; they never pass by skipping. Each test works in a
 //! database of its own.
 
@@ -96,8 +97,11 @@ fn instance(db: &Database, chaos: &str, name: &str) -> Proc {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\nstore = \"{}\"\nstore_password_env = \"REBOUND_TEST_PGPASSWORD\"\nstore_lease_ms = {LEASE_MS}\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{chaos}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n",
-            db.url
+            "listen = \"127.0.0.1:0\"\nstore = \"{}?sslmode=require\"\nstore_ca_file = \"{}\"\nstore_password_env = \"REBOUND_TEST_PGPASSWORD\"\nstore_lease_ms = {LEASE_MS}\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{chaos}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n",
+            db.url,
+            std::env::var("REBOUND_TEST_POSTGRES_CA").expect(
+                "REBOUND_TEST_POSTGRES_CA is not set: the CA of the test server's certificate"
+            )
         ),
     )
     .unwrap();
@@ -164,8 +168,10 @@ fn deadlines(observer: &Proc, ids: &[String]) -> Vec<u64> {
 #[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
 fn postgres_three_instances_and_the_one_holding_most_is_sigkilled() {
     let db = Database::new();
-    // Each of the 30 jobs meets one 429 (its first attempt) and then succeeds.
-    let chaos = chaos(&format!("{}ok", "429+retry-after:4, ".repeat(30)));
+    // Each of the 30 jobs meets one 429 (its first attempt) and then succeeds. Chaos answers
+    // by request order, not by job: the retry-after is long enough for every first attempt to
+    // come before any second one, which the count below checks.
+    let chaos = chaos(&format!("{}ok", "429+retry-after:10, ".repeat(30)));
     let mut a = Some(instance(&db, &chaos.1, "a"));
     let b = instance(&db, &chaos.1, "b");
     let c = instance(&db, &chaos.1, "c");
@@ -285,13 +291,14 @@ fn postgres_restarted_mid_run_loses_nothing_and_runs_nothing_twice() {
     let restart = std::env::var("REBOUND_TEST_POSTGRES_RESTART").expect(
         "REBOUND_TEST_POSTGRES_RESTART is not set: the command that restarts the test server",
     );
-    let chaos = chaos(&format!("{}ok", "429+retry-after:4, ".repeat(30)));
+    let chaos = chaos(&format!("{}ok", "429+retry-after:10, ".repeat(30)));
     let instances: Vec<Proc> = ["a", "b", "c"]
         .iter()
         .map(|name| instance(&db, &chaos.1, name))
         .collect();
     let ids: Vec<String> = (0..30).map(|i| submit(&instances[i % 3])).collect();
     let deadlines = deadlines(&instances[0], &ids);
+    assert_eq!(attempts(&chaos.1), 30, "one attempt each so far");
 
     let status = Command::new("sh").args(["-c", &restart]).status().unwrap();
     assert!(status.success(), "{restart}: {status}");

@@ -103,6 +103,8 @@ struct ConfigFile {
     store: Option<String>,
     /// The environment variable holding the PostgreSQL password.
     store_password_env: Option<String>,
+    /// CA certificates (PEM) to trust for the PostgreSQL server's certificate.
+    store_ca_file: Option<String>,
     /// How long an instance's hold on a job lasts unless renewed (X2).
     store_lease_ms: Option<u64>,
     header_read_timeout_ms: Option<u64>,
@@ -503,6 +505,7 @@ pub fn load_with(
             store: parsed.store.as_deref(),
             store_path: parsed.store_path.as_deref(),
             store_password_env: parsed.store_password_env.as_deref(),
+            store_ca_file: parsed.store_ca_file.as_deref(),
             store_lease_ms: parsed.store_lease_ms,
         },
         env,

@@ -19,6 +19,8 @@ pub struct SharedStore {
     pub url: String,
     /// The password, read from the variable `store_password_env` names.
     pub password: Option<String>,
+    /// A PEM file of CA certificates to trust besides the public roots: `store_ca_file`.
+    pub ca_file: Option<std::path::PathBuf>,
     /// How long an instance's hold on a job lasts unless renewed: `store_lease_ms`.
     pub lease: Duration,
 }
@@ -28,6 +30,7 @@ impl std::fmt::Debug for SharedStore {
         f.debug_struct("SharedStore")
             .field("url", &self.url)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("ca_file", &self.ca_file)
             .field("lease", &self.lease)
             .finish()
     }
@@ -38,6 +41,7 @@ pub(super) struct StoreFile<'a> {
     pub(super) store: Option<&'a str>,
     pub(super) store_path: Option<&'a str>,
     pub(super) store_password_env: Option<&'a str>,
+    pub(super) store_ca_file: Option<&'a str>,
     pub(super) store_lease_ms: Option<u64>,
 }
 
@@ -50,6 +54,7 @@ pub(super) fn compile(
     let Some(url) = file.store else {
         for (field, set) in [
             ("store_password_env", file.store_password_env.is_some()),
+            ("store_ca_file", file.store_ca_file.is_some()),
             ("store_lease_ms", file.store_lease_ms.is_some()),
         ] {
             if set {
@@ -105,6 +110,11 @@ pub(super) fn compile(
         },
         None => None,
     };
+    let ca_file = match file.store_ca_file {
+        Some(path) if path.trim().is_empty() => return fail("store_ca_file", "is empty"),
+        Some(path) => Some(std::path::PathBuf::from(path)),
+        None => None,
+    };
     let lease = match file.store_lease_ms {
         Some(0) => return fail("store_lease_ms", "must be more than 0"),
         Some(ms) => Duration::from_millis(ms),
@@ -113,6 +123,7 @@ pub(super) fn compile(
     Ok(Some(SharedStore {
         url: url.to_owned(),
         password,
+        ca_file,
         lease,
     }))
 }

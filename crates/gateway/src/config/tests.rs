@@ -512,11 +512,18 @@ fn a_switch_names_a_repairable_code_and_a_candidate_of_its_route() {
 #[test]
 fn a_shared_postgres_store_takes_its_password_from_the_environment() {
     let text = format!(
-        "store = \"postgres://rebound@db.internal:5432/rebound\"\nstore_password_env = \"REBOUND_PG\"\nstore_lease_ms = 4000\n{DEFAULT_CONFIG}"
+        "store = \"postgres://rebound@db.internal:5432/rebound?sslmode=require\"\nstore_password_env = \"REBOUND_PG\"\nstore_ca_file = \"/etc/rebound/db-ca.pem\"\nstore_lease_ms = 4000\n{DEFAULT_CONFIG}"
     );
     let c = load_env(&text, [("REBOUND_PG", "pg-secret-9d2e")]).unwrap();
     let shared = c.shared_store.as_ref().unwrap();
-    assert_eq!(shared.url, "postgres://rebound@db.internal:5432/rebound");
+    assert_eq!(
+        shared.url,
+        "postgres://rebound@db.internal:5432/rebound?sslmode=require"
+    );
+    assert_eq!(
+        shared.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/rebound/db-ca.pem"))
+    );
     assert_eq!(shared.password.as_deref(), Some("pg-secret-9d2e"));
     assert_eq!(shared.lease, std::time::Duration::from_millis(4000));
     // A secret from now on, and never in a debug print.
@@ -567,6 +574,11 @@ fn a_bad_store_setting_names_the_field_and_never_echoes_a_password() {
         (
             "store_lease_ms = 5000",
             "store_lease_ms",
+            "PostgreSQL `store` only",
+        ),
+        (
+            "store_ca_file = \"ca.pem\"",
+            "store_ca_file",
             "PostgreSQL `store` only",
         ),
         ("store = \"postgres:///db\"", "store", "names no host"),

@@ -29,13 +29,15 @@
 
 mod row;
 mod schema;
+mod tls;
 
 use std::time::{Duration, Instant, SystemTime};
 
+use postgres::GenericClient;
 use postgres::error::SqlState;
-use postgres::{GenericClient, NoTls};
 use r2d2::{Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::column::{new_id, to_json, to_ms};
 use crate::model::{
@@ -60,6 +62,9 @@ pub struct PostgresOptions {
     pub url: String,
     /// The password, from the environment.
     pub password: Option<String>,
+    /// A PEM file of CA certificates to trust besides the public roots, for a server whose
+    /// certificate a provider's own CA signed (TLS follows the URL's `sslmode`).
+    pub ca_file: Option<std::path::PathBuf>,
     /// How long a hold lasts unless renewed.
     pub lease: Duration,
     /// The most connections this instance opens.
@@ -73,6 +78,7 @@ impl std::fmt::Debug for PostgresOptions {
         f.debug_struct("PostgresOptions")
             .field("url", &self.url)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("ca_file", &self.ca_file)
             .field("lease", &self.lease)
             .field("pool_size", &self.pool_size)
             .field("owner", &self.owner)
@@ -80,7 +86,7 @@ impl std::fmt::Debug for PostgresOptions {
     }
 }
 
-type Manager = PostgresConnectionManager<NoTls>;
+type Manager = PostgresConnectionManager<MakeRustlsConnect>;
 
 /// Durable jobs in a PostgreSQL database shared by several instances.
 pub struct PostgresStore {
@@ -156,12 +162,13 @@ impl PostgresStore {
         }
         // The first connection is made here, so that a wrong address or password is an
         // error at once, in the server's words; it migrates the schema.
+        let tls = tls::connector(options.ca_file.as_deref())?;
         let mut first = config
-            .connect(NoTls)
+            .connect(tls.clone())
             .map_err(|e| StoreError::Database(format!("cannot connect: {}", describe(&e))))?;
         schema::migrate(&mut first)?;
         drop(first);
-        let manager = PostgresConnectionManager::new(config, NoTls);
+        let manager = PostgresConnectionManager::new(config, tls);
         let pool = Pool::builder()
             .max_size(options.pool_size.max(1))
             .min_idle(Some(1))

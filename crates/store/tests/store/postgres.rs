@@ -1,10 +1,11 @@
 //! The PostgreSQL store against a real server (X1, X2): fencing (P2), claims and leases, the
-//! restart rule applied at takeover (P3), migrations run by instances starting together, and
-//! a corrupt record.
+//! restart rule applied at takeover (P3), migrations run by instances starting together, a
+//! corrupt record, a wrong password, and TLS.
 //!
 //! These tests need a server: `.ci/run` starts a throwaway cluster and runs them with
-//! `--ignored`, with `REBOUND_TEST_POSTGRES` (an admin URL without password) and
-//! `REBOUND_TEST_PGPASSWORD` set. Run without them, they fail: they never pass by skipping.
+//! `--ignored`, with `REBOUND_TEST_POSTGRES` (an admin URL without password),
+//! `REBOUND_TEST_PGPASSWORD` and `REBOUND_TEST_POSTGRES_CA` (the CA of the server's
+//! certificate) set. Run without them, they fail: they never pass by skipping.
 //! Each test works in a database of its own, dropped at the end.
 
 use std::time::Duration;
@@ -53,6 +54,7 @@ impl Database {
         PostgresStore::connect(PostgresOptions {
             url: self.url.clone(),
             password: Some(self.password.clone()),
+            ca_file: ca_file(),
             lease,
             pool_size: 4,
             owner: None,
@@ -85,6 +87,15 @@ impl Drop for Database {
 }
 
 const LIVE: Duration = Duration::from_secs(60);
+
+/// The CA that signed the test server's certificate.
+fn ca_file() -> Option<std::path::PathBuf> {
+    Some(
+        std::env::var("REBOUND_TEST_POSTGRES_CA")
+            .expect("REBOUND_TEST_POSTGRES_CA is not set: the CA of the test server's certificate")
+            .into(),
+    )
+}
 
 #[test]
 #[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
@@ -316,6 +327,7 @@ fn instances_starting_together_migrate_once() {
     let newer = PostgresStore::connect(PostgresOptions {
         url: db.url.clone(),
         password: Some(db.password.clone()),
+        ca_file: ca_file(),
         lease: LIVE,
         pool_size: 1,
         owner: None,
@@ -350,6 +362,7 @@ fn a_wrong_password_is_an_error_that_does_not_show_it() {
     let refused = PostgresStore::connect(PostgresOptions {
         url: db.url.clone(),
         password: Some(secret.into()),
+        ca_file: ca_file(),
         lease: LIVE,
         pool_size: 1,
         owner: None,
@@ -360,4 +373,46 @@ fn a_wrong_password_is_an_error_that_does_not_show_it() {
         "{message}"
     );
     assert!(!message.contains(secret), "{message}");
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
+fn postgres_over_tls_verifies_the_servers_certificate() {
+    let db = Database::new();
+    let options = |ca_file: Option<std::path::PathBuf>| PostgresOptions {
+        url: format!("{}?sslmode=require", db.url),
+        password: Some(db.password.clone()),
+        ca_file,
+        lease: LIVE,
+        pool_size: 1,
+        owner: None,
+    };
+    // Trusting the server's CA: connected, encrypted.
+    let store = PostgresStore::connect(options(ca_file())).unwrap();
+    store.create(job(), at(1000)).unwrap();
+    let encrypted: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+             WHERE a.datname = $1 AND s.ssl",
+            &[&db.name],
+        )
+        .unwrap()
+        .get(0);
+    assert!(encrypted >= 1, "no encrypted connection of the store's");
+    // Without it, the certificate does not verify, and nothing is sent in the clear instead.
+    let refused = PostgresStore::connect(options(None))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(refused.contains("certificate"), "{refused}");
+    // A CA file that holds no certificate is an error naming the file.
+    let empty = std::env::temp_dir().join(format!("rebound-empty-ca-{}", std::process::id()));
+    std::fs::write(&empty, "not a certificate\n").unwrap();
+    let message = PostgresStore::connect(options(Some(empty.clone())))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(message.contains(&empty.display().to_string()), "{message}");
+    std::fs::remove_file(empty).unwrap();
 }
