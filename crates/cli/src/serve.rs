@@ -78,14 +78,16 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         config.listen_backlog
     );
     let client = HttpClient::new(Timeouts::default()).context("setting up TLS")?;
-    // Opened before the async runtime starts, and dropped after it ends: the PostgreSQL
-    // client blocks on its own connections, which it must never do on the async thread.
+    // Opened before the async runtime starts, and released and dropped after it ends: the
+    // PostgreSQL client blocks on its own connections, which it must never do on the async
+    // thread.
     let (store, store_name) = open_store(&config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let jobs_store = Arc::clone(&store);
+    let served = runtime.block_on(async move {
         let gated = !config.gateway_keys.is_empty();
         let routes: Vec<String> = config
             .routes
@@ -104,7 +106,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             })
             .collect();
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
-            .with_jobs(Arc::clone(&store));
+            .with_jobs(jobs_store);
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
@@ -126,7 +128,17 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
         server.shutdown().await;
         Ok(())
-    })
+    });
+    // The job drivers end with the runtime; then, on a shared store, this instance's holds go
+    // at once to the other instances, which take its jobs over under the restart rule (X2,
+    // P3) instead of waiting for the leases to run out.
+    drop(runtime);
+    match store.release() {
+        Ok(0) => {}
+        Ok(let_go) => tracing::info!(event = "job_holds_released", jobs = let_go),
+        Err(e) => tracing::warn!(event = "job_holds_release_failed", error = %e),
+    }
+    served
 }
 
 /// The durable jobs store the configuration names, opened (and migrated), and how the banner

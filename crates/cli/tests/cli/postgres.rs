@@ -87,6 +87,11 @@ fn chaos(script: &str) -> Proc {
 
 /// A gateway instance on the database `db`, with chaos as its one candidate.
 fn instance(db: &Database, chaos: &str, name: &str) -> Proc {
+    leased_instance(db, chaos, name, LEASE_MS)
+}
+
+/// The same, holding its jobs `lease_ms` without renewal.
+fn leased_instance(db: &Database, chaos: &str, name: &str, lease_ms: u64) -> Proc {
     let dir = std::env::temp_dir().join(format!(
         "rebound-pg-{}-{}-{name}",
         db.name,
@@ -97,7 +102,7 @@ fn instance(db: &Database, chaos: &str, name: &str) -> Proc {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\nstore = \"{}?sslmode=require\"\nstore_ca_file = \"{}\"\nstore_password_env = \"REBOUND_TEST_PGPASSWORD\"\nstore_lease_ms = {LEASE_MS}\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{chaos}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n",
+            "listen = \"127.0.0.1:0\"\nstore = \"{}?sslmode=require\"\nstore_ca_file = \"{}\"\nstore_password_env = \"REBOUND_TEST_PGPASSWORD\"\nstore_lease_ms = {lease_ms}\n[[candidate]]\nid = \"c\"\nprotocol = \"openai\"\nbase_url = \"http://{chaos}/v1\"\n[[route]]\nid = \"r\"\nmodels = [\"*\"]\ncandidates = [\"c\"]\n",
             db.url,
             std::env::var("REBOUND_TEST_POSTGRES_CA").expect(
                 "REBOUND_TEST_POSTGRES_CA is not set: the CA of the test server's certificate"
@@ -321,4 +326,34 @@ fn postgres_restarted_mid_run_loses_nothing_and_runs_nothing_twice() {
         wait_for(&instances[2].1, id, "succeeded", Duration::from_secs(10));
     }
     assert_eq!(attempts(&chaos.1), 63);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
+fn postgres_an_instance_stopped_with_ctrl_c_hands_its_jobs_over_at_once() {
+    let db = Database::new();
+    let chaos = chaos("429+retry-after:3, ok");
+    // Leases far longer than the test: only the stopping instance letting its jobs go can
+    // explain a takeover.
+    let mut a = leased_instance(&db, &chaos.1, "a", 600_000);
+    let b = leased_instance(&db, &chaos.1, "b", 600_000);
+    let id = submit(&a);
+    let deadline = wait_for(&b.1, &id, "waiting", Duration::from_secs(5))["deadline_ms"]
+        .as_u64()
+        .unwrap();
+    let interrupted = Command::new("kill")
+        .args(["-INT", &a.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    assert!(a.0.wait().unwrap().success(), "a clean stop");
+
+    let done = wait_for(&b.1, &id, "succeeded", Duration::from_secs(15));
+    let on_record = done["attempts"].as_array().unwrap();
+    assert_eq!(on_record.len(), 2, "{done}");
+    assert!(
+        on_record[1]["started_ms"].as_u64().unwrap() >= deadline,
+        "resumed before its deadline: {done}"
+    );
+    assert_eq!(attempts(&chaos.1), 2);
 }

@@ -1,5 +1,5 @@
-//! Holding jobs on a store several instances share (X2): every third of a lease this
-//! instance renews the leases of the jobs it drives, then takes over the jobs whose holder's
+//! Holding jobs on a store several instances share (X2): every third of a lease (at most a
+//! second) this instance renews the leases of the jobs it drives, then takes over the jobs whose holder's
 //! lease ran out, under the restart rule (P3): a waiting job resumes at its deadline, a
 //! pending one at once, and one whose attempt may have been sent needs a human.
 //!
@@ -13,12 +13,17 @@ use std::time::Duration;
 use super::{Jobs, take_over};
 use crate::state::Gateway;
 
-/// Renews and takes over, every third of `lease`, for as long as the gateway runs.
+/// The longest time between two looks for jobs to take over: an instance that stops
+/// cleanly lets its jobs go at once, and they should not wait a long lease's third.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
+
+/// Renews and takes over, every third of `lease` or every second if that is sooner, for as
+/// long as the gateway runs.
 pub(super) async fn hold(gateway: Arc<Gateway>, lease: Duration) {
     let Some(jobs) = gateway.jobs.as_ref() else {
         return;
     };
-    let every = (lease / 3).max(Duration::from_millis(10));
+    let every = (lease / 3).clamp(Duration::from_millis(10), LOOK_EVERY);
     loop {
         gateway.sleeper().sleep(every).await;
         round(&gateway, jobs).await;

@@ -499,4 +499,16 @@ impl JobStore for PostgresStore {
         })?;
         Ok(usize::try_from(held).unwrap_or(usize::MAX))
     }
+
+    fn release(&self) -> Result<usize, StoreError> {
+        let open = open_states();
+        let let_go = self.with(|conn| {
+            Ok(conn.execute(
+                "UPDATE jobs SET owner = NULL, lease_until = NULL \
+                 WHERE owner = $1 AND state = ANY($2)",
+                &[&self.owner, &open],
+            )?)
+        })?;
+        Ok(usize::try_from(let_go).unwrap_or(usize::MAX))
+    }
 }
