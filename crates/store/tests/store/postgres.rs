@@ -416,3 +416,29 @@ fn postgres_over_tls_verifies_the_servers_certificate() {
     assert!(message.contains(&empty.display().to_string()), "{message}");
     std::fs::remove_file(empty).unwrap();
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
+fn an_instance_that_lets_go_hands_its_open_jobs_over_at_once() {
+    let db = Database::new();
+    let stopping = db.instance(LIVE);
+    let other = db.instance(LIVE);
+    let open = stopping.create(job(), at(1000)).unwrap();
+    let done = stopping.create(job(), at(1000)).unwrap();
+    stopping
+        .transition(&done.id, 1, at(2000), &mut |j| {
+            j.state = JobState::Succeeded;
+            vec![]
+        })
+        .unwrap();
+    assert!(other.claim().unwrap().is_empty(), "held for a minute yet");
+    assert_eq!(stopping.release().unwrap(), 1, "the open job only");
+    let taken = other.claim().unwrap();
+    assert_eq!(
+        taken
+            .iter()
+            .map(|j| (j.id.as_str(), j.generation))
+            .collect::<Vec<_>>(),
+        vec![(open.id.as_str(), 2)]
+    );
+}
