@@ -12,8 +12,9 @@
 //! server's `fsync` and `synchronous_commit`.
 //!
 //! Run: `cargo bench -p rebound-store --bench instances`, with `REBOUND_TEST_POSTGRES` (an
-//! admin URL without password, for a role that may create databases) and
-//! `REBOUND_TEST_PGPASSWORD` set (`.ci/postgres start DIR PORT` starts such a server). After
+//! admin URL without password, for a role that may create databases),
+//! `REBOUND_TEST_PGPASSWORD` and, for a server with TLS, `REBOUND_TEST_POSTGRES_CA` set
+//! (`REBOUND_PG_DURABLE=1 .ci/postgres start DIR PORT` starts such a server, with TLS). After
 //! `--`, `jobs=N` (default 400 per configuration) and `threads=N` (default 4 per instance).
 
 #![allow(
