@@ -34,7 +34,6 @@ mod tls;
 use std::time::{Duration, Instant, SystemTime};
 
 use postgres::GenericClient;
-use postgres::error::SqlState;
 use r2d2::{Pool, PooledConnection};
 use r2d2_postgres::PostgresConnectionManager;
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -105,9 +104,7 @@ fn is_disconnect(e: &postgres::Error) -> bool {
     }
     if let Some(code) = e.code() {
         // 08: connection exceptions; 57: the server is shutting down or restarting.
-        return code.code().starts_with("08")
-            || code.code().starts_with("57")
-            || *code == SqlState::T_R_SERIALIZATION_FAILURE;
+        return code.code().starts_with("08") || code.code().starts_with("57");
     }
     // No server error: the socket failed.
     std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
