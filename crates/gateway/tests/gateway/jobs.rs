@@ -22,7 +22,7 @@ use crate::{send, timeouts};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-async fn upstream(script: &str) -> Chaos {
+pub(crate) async fn upstream(script: &str) -> Chaos {
     let chaos = Chaos::start("127.0.0.1:0".parse().unwrap(), ChaosConfig::default())
         .await
         .unwrap();
@@ -60,7 +60,11 @@ async fn gateway(config: &str, virtual_time: bool) -> (Server, Arc<SqliteStore>)
 }
 
 /// A gateway whose jobs live in `store`.
-async fn gateway_on(config: &str, store: Arc<dyn JobStore>, virtual_time: bool) -> Server {
+pub(crate) async fn gateway_on(
+    config: &str,
+    store: Arc<dyn JobStore>,
+    virtual_time: bool,
+) -> Server {
     let config = load("test.toml", config, &Overrides::default(), &[("X", "y")]).unwrap();
     let mut gateway = Gateway::new(
         config,
@@ -85,7 +89,7 @@ fn job_body() -> String {
 }
 
 /// Submits the standard job; its id.
-async fn submit(server: &Server) -> String {
+pub(crate) async fn submit(server: &Server) -> String {
     let reply = send(
         server.addr(),
         "POST",
@@ -133,7 +137,7 @@ async fn get(server: &Server, id: &str) -> Value {
 /// Follows the job's event stream until it shows `state`; then the whole job, with its
 /// attempts. The stream ends by itself once the job is done or needs action, and a bound on
 /// the whole wait turns a hang into a failure that lists the states seen.
-async fn until(server: &Server, id: &str, state: &str) -> Value {
+pub(crate) async fn until(server: &Server, id: &str, state: &str) -> Value {
     let mut seen = Vec::new();
     let reached = tokio::time::timeout(
         Duration::from_secs(10),

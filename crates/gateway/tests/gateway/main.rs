@@ -15,6 +15,7 @@ mod front;
 mod give_up;
 mod http2;
 mod jobs;
+mod leases;
 mod passthrough;
 mod recovery;
 mod responses;
