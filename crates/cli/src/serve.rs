@@ -125,7 +125,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         );
         let _ = out.flush();
         drop(out);
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        stopped().await?;
         server.shutdown().await;
         Ok(())
     });
@@ -139,6 +139,17 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         Err(e) => tracing::warn!(event = "job_holds_release_failed", error = %e),
     }
     served
+}
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM, the signal service managers and container
+/// runtimes stop a process with: either is a clean stop.
+async fn stopped() -> Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("waiting for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("waiting for Ctrl-C"),
+        _ = terminate.recv() => Ok(()),
+    }
 }
 
 /// The durable jobs store the configuration names, opened (and migrated), and how the banner

@@ -330,7 +330,7 @@ fn postgres_restarted_mid_run_loses_nothing_and_runs_nothing_twice() {
 
 #[test]
 #[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
-fn postgres_an_instance_stopped_with_ctrl_c_hands_its_jobs_over_at_once() {
+fn postgres_an_instance_stopped_with_sigterm_hands_its_jobs_over_at_once() {
     let db = Database::new();
     let chaos = chaos("429+retry-after:3, ok");
     // Leases far longer than the test: only the stopping instance letting its jobs go can
@@ -342,7 +342,7 @@ fn postgres_an_instance_stopped_with_ctrl_c_hands_its_jobs_over_at_once() {
         .as_u64()
         .unwrap();
     let interrupted = Command::new("kill")
-        .args(["-INT", &a.0.id().to_string()])
+        .args(["-TERM", &a.0.id().to_string()])
         .status()
         .unwrap();
     assert!(interrupted.success());
