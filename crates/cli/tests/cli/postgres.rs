@@ -110,10 +110,13 @@ fn leased_instance(db: &Database, chaos: &str, name: &str, lease_ms: u64) -> Pro
         ),
     )
     .unwrap();
-    start(
+    let gateway = start(
         &["serve", "--config", config.to_str().unwrap()],
         " resumed, ",
-    )
+    );
+    // The banner comes after the configuration was read: the folder is not needed any more.
+    std::fs::remove_dir_all(&dir).unwrap();
+    gateway
 }
 
 fn submit(gateway: &Proc) -> String {
