@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use rebound_gateway::config::Config;
 use rebound_gateway::{DEFAULT_CONFIG, Gateway, Overrides, ProcessEnv, Server, load_with};
 use rebound_runtime::HttpClient;
-use rebound_store::SqliteStore;
 use rebound_store::runs::SqliteRunStore;
+use rebound_store::{JobStore, PostgresOptions, PostgresStore, SqliteStore};
 
 use crate::bad_input;
 use crate::log::LogFormat;
@@ -115,11 +116,16 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         config.listen_backlog
     );
     let client = HttpClient::new(config.client_timeouts()).context("setting up TLS")?;
+    // Opened before the async runtime starts, and released and dropped after it ends: the
+    // PostgreSQL client blocks on its own connections, which it must never do on the async
+    // thread.
+    let (store, store_name) = open_store(&config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let jobs_store = Arc::clone(&store);
+    let served = runtime.block_on(async move {
         let gated = !config.gateway_keys.is_empty();
         let routes: Vec<String> = config
             .routes
@@ -137,20 +143,19 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
                 format!("  route {} [{}]: {}", r.id, r.models.join(", "), candidates.join(", "))
             })
             .collect();
+        // Agent runs stay in the embedded SQLite file, whatever holds the jobs.
         let store_path = config.store_path.clone();
-        let store = SqliteStore::open(&store_path)
-            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
         let run_store = SqliteRunStore::open(&store_path)
             .map_err(|e| bad_input(format!("agent runs at {}: {e}", store_path.display())))?;
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
-            .with_jobs(Arc::new(store))
+            .with_jobs(jobs_store)
             .with_runs(Arc::new(run_store));
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
         let resumed = rebound_gateway::jobs::resume(server.gateway())
             .await
-            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", store_path.display())))?;
+            .map_err(|e| bad_input(format!("durable jobs at {store_name}: {e}")))?;
         let runs = rebound_gateway::runs::resume(server.gateway())
             .await
             .map_err(|e| bad_input(format!("agent runs at {}: {e}", store_path.display())))?;
@@ -161,15 +166,66 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n  agent runs          http://{addr}/v1/rebound/runs ({} resumed, {} need action)\n{connections}\n{}",
             resumed.due.len(),
             resumed.action_required.len(),
-            store_path.display(),
+            store_name,
             runs.due.len(),
             runs.action_required.len(),
             routes.join("\n")
         );
         let _ = out.flush();
         drop(out);
-        tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+        stopped().await?;
         server.shutdown().await;
         Ok(())
-    })
+    });
+    // The job drivers end with the runtime; then, on a shared store, this instance's holds go
+    // at once to the other instances, which take its jobs over under the restart rule (X2,
+    // P3) instead of waiting for the leases to run out.
+    drop(runtime);
+    match store.release() {
+        Ok(0) => {}
+        Ok(let_go) => tracing::info!(event = "job_holds_released", jobs = let_go),
+        Err(e) => tracing::warn!(event = "job_holds_release_failed", error = %e),
+    }
+    served
 }
+
+/// Waits for Ctrl-C (SIGINT) or SIGTERM, the signal service managers and container
+/// runtimes stop a process with: either is a clean stop.
+async fn stopped() -> Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("waiting for SIGTERM")?;
+    tokio::select! {
+        interrupted = tokio::signal::ctrl_c() => interrupted.context("waiting for Ctrl-C"),
+        _ = terminate.recv() => Ok(()),
+    }
+}
+
+/// The durable jobs store the configuration names, opened (and migrated), and how the banner
+/// names it: the SQLite file, or the PostgreSQL URL (which holds no password).
+fn open_store(config: &Config) -> Result<(Arc<dyn JobStore>, String)> {
+    match &config.shared_store {
+        Some(shared) => {
+            let store = PostgresStore::connect(PostgresOptions {
+                url: shared.url.clone(),
+                password: shared.password.clone(),
+                ca_file: shared.ca_file.clone(),
+                lease: shared.lease,
+                pool_size: POSTGRES_POOL_SIZE,
+                owner: None,
+            })
+            .map_err(|e| bad_input(format!("durable jobs at {}: {e}", shared.url)))?;
+            let name = format!("{}, instance {}", shared.url, store.owner());
+            Ok((Arc::new(store), name))
+        }
+        None => {
+            let path = &config.store_path;
+            let store = SqliteStore::open(path)
+                .map_err(|e| bad_input(format!("durable jobs at {}: {e}", path.display())))?;
+            Ok((Arc::new(store), path.display().to_string()))
+        }
+    }
+}
+
+/// The most PostgreSQL connections one instance opens: the store is reached from the
+/// blocking pool, one call per connection at a time.
+const POSTGRES_POOL_SIZE: u32 = 8;

@@ -13,6 +13,8 @@
 //! - [`sqlite`]: the embedded implementation: one SQLite file, migrated on open.
 //! - [`runs`]: durable agent runs, their own record, interface, restart rule and tables in
 //!   the same file.
+//! - [`postgres`](mod@postgres): the shared implementation: one PostgreSQL database for
+//!   several gateway instances, each holding the jobs it drives with a lease (X1, X2).
 //!
 //! ## What it must never do
 //! Change a job except through [`JobStore::transition`], which is fenced by the job's
@@ -22,9 +24,11 @@
 //! field ([`StoreError::Corrupt`]).
 //!
 //! Time is a [`std::time::SystemTime`] at this crate's interface; integer milliseconds are
-//! the SQLite columns' business.
+//! the columns' business. Leases alone are on the database's clock.
 
+mod column;
 pub mod model;
+pub mod postgres;
 pub mod reconcile;
 pub mod runs;
 pub mod sqlite;
@@ -32,5 +36,6 @@ pub mod sqlite;
 pub use model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
+pub use postgres::{PostgresOptions, PostgresStore};
 pub use reconcile::{DueJob, Reconciliation, reconcile};
 pub use sqlite::SqliteStore;

@@ -1,6 +1,6 @@
 //! What a durable job is: its record, its attempts, and the one interface that changes them.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use rebound_core::TurnSnapshot;
 use rebound_core::policy::document::PolicyDocument;
@@ -57,6 +57,10 @@ impl JobState {
         Self::ALL.into_iter().find(|s| s.as_str() == name)
     }
 
+    /// The states in which a job still has work its holder must do: run it, wait out its
+    /// deadline, or learn how its attempt ended. Claims (X2) are about these.
+    pub const OPEN: [JobState; 3] = [JobState::Pending, JobState::Waiting, JobState::Dispatching];
+
     /// True when nothing will happen without a manual action.
     pub fn is_final(self) -> bool {
         matches!(
@@ -105,6 +109,35 @@ pub struct JobRecord {
     pub created: SystemTime,
     /// When it last changed.
     pub updated: SystemTime,
+}
+
+impl JobRecord {
+    /// Job `id` as created from `job` at `now`: pending at generation 1, its first attempt
+    /// ahead.
+    pub(crate) fn fresh(id: String, job: NewJob, now: SystemTime) -> JobRecord {
+        JobRecord {
+            id,
+            generation: 1,
+            state: JobState::Pending,
+            protocol: job.protocol,
+            route_id: job.route_id,
+            candidates: job.candidates,
+            policies: job.policies,
+            request: job.request,
+            turn: TurnSnapshot {
+                attempts: 1,
+                ..Default::default()
+            },
+            deadline: None,
+            pending_outcome: None,
+            classification: None,
+            response_status: None,
+            response: None,
+            error: None,
+            created: now,
+            updated: now,
+        }
+    }
 }
 
 /// A job to create.
@@ -266,9 +299,19 @@ impl StoreError {
     }
 }
 
-/// The store interface: an embedded SQLite today (P4), a shared PostgreSQL for several
-/// gateways tomorrow (see `docs/durable-jobs.md`). It offers primitives only; what a restart
-/// does with them (P3) is decided once, above every store, by [`crate::reconcile()`].
+/// The store interface: an embedded SQLite (P4), or a PostgreSQL shared by several gateways
+/// (X1). It offers primitives only; what a restart or a takeover does with them (P3) is
+/// decided once, above every store, by [`crate::reconcile()`].
+///
+/// ## Claims (X2)
+/// A store handle speaks for one gateway instance. An open job ([`JobState::OPEN`]) is held
+/// by one instance at a time, and only its holder drives it. A store shared by several
+/// instances bounds every hold with a lease ([`JobStore::lease`]) on the database's clock:
+/// each transition through the handle takes (or keeps) the job for its instance, and the
+/// instance renews the leases of the jobs it drives ([`JobStore::renew`]). When an instance
+/// dies its leases run out, and [`JobStore::claim`] hands its jobs to another instance. A
+/// store used by one process only (SQLite) needs none of this: the process holds every job
+/// for as long as it lives, and the defaults say exactly that.
 pub trait JobStore: Send + Sync {
     /// Creates a pending job, created at `now`.
     fn create(&self, job: NewJob, now: SystemTime) -> Result<JobRecord, StoreError>;
@@ -292,4 +335,36 @@ pub trait JobStore: Send + Sync {
         now: SystemTime,
         change: &mut dyn FnMut(&mut JobRecord) -> Vec<AttemptOp>,
     ) -> Result<JobRecord, StoreError>;
+
+    /// How long this instance's hold on a job lasts unless renewed: `Some` for a store that
+    /// several instances share, `None` (the default) for a store one process uses, where the
+    /// process holds its jobs for as long as it lives.
+    fn lease(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Takes the open jobs that no live instance holds, the oldest first, and returns them as
+    /// taken: from now on this instance holds them. A shared store takes only jobs whose
+    /// lease ran out (skipping rows another instance is taking or changing at this moment)
+    /// and bumps each one's generation, so whatever its former holder still issues against
+    /// the old generation is stale (P2). The default, for a store one process uses, is every
+    /// open job: whoever held them before this process has ended.
+    fn claim(&self) -> Result<Vec<JobRecord>, StoreError> {
+        self.in_states(&JobState::OPEN)
+    }
+
+    /// Renews this instance's leases on `ids`, the jobs it is driving; the number of them it
+    /// still holds. A job taken over meanwhile is not renewed: its new holder keeps it. The
+    /// default, for a store one process uses, holds every one.
+    fn renew(&self, ids: &[String]) -> Result<usize, StoreError> {
+        Ok(ids.len())
+    }
+
+    /// Gives up every hold of this instance at once, as it stops: the other instances take
+    /// its open jobs over at their next look, under the restart rule, instead of after the
+    /// lease. The number of jobs let go. The default, for a store one process uses, has
+    /// nobody to let go to.
+    fn release(&self) -> Result<usize, StoreError> {
+        Ok(0)
+    }
 }

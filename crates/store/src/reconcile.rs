@@ -3,10 +3,11 @@
 //! "On restart, reconciliation re-arms only work proven not to have been dispatched; an
 //! attempt that may have been sent is surfaced for manual recovery, never re-sent blindly."
 //!
-//! A store offers primitives ([`JobStore::in_states`], the fenced [`JobStore::transition`],
-//! [`AttemptOp::MarkInFlightUnknown`]); [`reconcile`] decides what they are used for, so a
-//! second store (PostgreSQL) provides the primitives and inherits the rule instead of
-//! re-implementing it.
+//! A store offers primitives ([`JobStore::claim`], the fenced [`JobStore::transition`],
+//! [`AttemptOp::MarkInFlightUnknown`]); [`reconcile`] decides what they are used for, so the
+//! shared store (PostgreSQL) provides the primitives and inherits the rule instead of
+//! re-implementing it. For a shared store "restart" means "a holder's lease ran out" (X2): an
+//! instance that takes over a dead instance's jobs applies the same rule to them.
 
 use std::time::SystemTime;
 
@@ -41,14 +42,14 @@ fn may_have_been_sent() -> serde_json::Value {
     })
 }
 
-/// Applies the restart rule at `now`: `waiting` and `pending` jobs are due; a `dispatching`
-/// job moves to `action_required` (with its in-flight attempts `unknown`) in one fenced
-/// transition. A job that another actor moved on meanwhile (its transition is stale) is left
-/// to that actor.
+/// Applies the restart rule at `now` to the jobs this instance takes ([`JobStore::claim`]: at
+/// a single-process store's start, every open job; on a shared store, those whose holder's
+/// lease ran out, X2): `waiting` and `pending` jobs are due; a `dispatching` job moves to
+/// `action_required` (with its in-flight attempts `unknown`) in one fenced transition. A job
+/// that another actor moved on meanwhile (its transition is stale) is left to that actor.
 pub fn reconcile(store: &dyn JobStore, now: SystemTime) -> Result<Reconciliation, StoreError> {
     let mut out = Reconciliation::default();
-    let open = [JobState::Pending, JobState::Waiting, JobState::Dispatching];
-    for job in store.in_states(&open)? {
+    for job in store.claim()? {
         match job.state {
             JobState::Dispatching => {
                 let held = store.transition(&job.id, job.generation, now, &mut |j| {

@@ -6,11 +6,12 @@
 
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, Row, TransactionBehavior, named_params};
 
+use crate::column::{from_ms, new_id, to_json, to_ms};
 use crate::model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
@@ -69,24 +70,6 @@ CREATE INDEX jobs_by_state ON jobs (state, deadline_ms);
 
 fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
-}
-
-/// Milliseconds since the Unix epoch, as the `_ms` columns hold time (negative before it).
-fn to_ms(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
-        Err(before) => i64::try_from(before.duration().as_millis()).map_or(i64::MIN, |ms| -ms),
-    }
-}
-
-/// The time an `_ms` column holds; `None` when no [`SystemTime`] can hold it.
-fn from_ms(ms: i64) -> Option<SystemTime> {
-    let offset = Duration::from_millis(ms.unsigned_abs());
-    if ms >= 0 {
-        UNIX_EPOCH.checked_add(offset)
-    } else {
-        UNIX_EPOCH.checked_sub(offset)
-    }
 }
 
 /// Durable jobs in a SQLite file.
@@ -294,10 +277,6 @@ fn get_job(conn: &Connection, id: &str) -> Result<JobRecord, StoreError> {
     }
 }
 
-fn to_json(id: &str, field: &str, value: &impl serde::Serialize) -> Result<String, StoreError> {
-    serde_json::to_string(value).map_err(|e| StoreError::corrupt(id, field, e))
-}
-
 fn write_job(conn: &Connection, job: &JobRecord) -> Result<(), StoreError> {
     let id = job.id.as_str();
     let json_or_null = |field: &str, v: &Option<serde_json::Value>| {
@@ -383,34 +362,9 @@ fn apply_attempt(conn: &Connection, id: &str, op: &AttemptOp) -> Result<(), Stor
     Ok(())
 }
 
-fn new_id() -> String {
-    format!("job_{:016x}{:08x}", fastrand::u64(..), fastrand::u32(..))
-}
-
 impl JobStore for SqliteStore {
     fn create(&self, job: NewJob, now: SystemTime) -> Result<JobRecord, StoreError> {
-        let record = JobRecord {
-            id: new_id(),
-            generation: 1,
-            state: JobState::Pending,
-            protocol: job.protocol,
-            route_id: job.route_id,
-            candidates: job.candidates,
-            policies: job.policies,
-            request: job.request,
-            turn: rebound_core::TurnSnapshot {
-                attempts: 1,
-                ..Default::default()
-            },
-            deadline: None,
-            pending_outcome: None,
-            classification: None,
-            response_status: None,
-            response: None,
-            error: None,
-            created: now,
-            updated: now,
-        };
+        let record = JobRecord::fresh(new_id(), job, now);
         let id = record.id.as_str();
         self.conn()
             .execute(
@@ -498,24 +452,5 @@ impl JobStore for SqliteStore {
         }
         tx.commit().map_err(db)?;
         Ok(job)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn times_round_trip_through_milliseconds() {
-        for ms in [0, 1, 1_796_050_800_123, -86_400_000, 253_402_300_799_999] {
-            let t = from_ms(ms).unwrap();
-            assert_eq!(to_ms(t), ms);
-        }
-        // Below the millisecond is not kept.
-        let t = UNIX_EPOCH + Duration::from_micros(1_500);
-        assert_eq!(
-            from_ms(to_ms(t)),
-            Some(UNIX_EPOCH + Duration::from_millis(1))
-        );
     }
 }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::http;
 
 /// A process, its address, and the lines of its banner read so far.
-struct Proc(Child, String, Vec<String>);
+pub(crate) struct Proc(pub(crate) Child, pub(crate) String, pub(crate) Vec<String>);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -25,7 +25,7 @@ impl Drop for Proc {
 
 /// Starts `rebound` with `args` and reads its banner up to the first line containing
 /// `until` (the first line when `until` is empty).
-fn start(args: &[&str], until: &str) -> Proc {
+pub(crate) fn start(args: &[&str], until: &str) -> Proc {
     let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
         .args(args)
         .stdout(Stdio::piped())
@@ -92,7 +92,7 @@ fn body_of(response: &str) -> Value {
     serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap_or("null")).unwrap_or(Value::Null)
 }
 
-fn post(addr: &str, path: &str, body: &str) -> Value {
+pub(crate) fn post(addr: &str, path: &str, body: &str) -> Value {
     body_of(&http(
         addr,
         &format!(
@@ -102,7 +102,7 @@ fn post(addr: &str, path: &str, body: &str) -> Value {
     ))
 }
 
-fn get(addr: &str, path: &str) -> Value {
+pub(crate) fn get(addr: &str, path: &str) -> Value {
     body_of(&http(
         addr,
         &format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"),
@@ -113,7 +113,7 @@ fn get(addr: &str, path: &str) -> Value {
 const POLL: Duration = Duration::from_millis(25);
 
 /// Looks at `observe()` until `done` holds of it, for at most `within`; the last observation.
-fn poll<T: std::fmt::Debug>(
+pub(crate) fn poll<T: std::fmt::Debug>(
     what: &str,
     within: Duration,
     observe: impl Fn() -> T,
@@ -133,7 +133,7 @@ fn poll<T: std::fmt::Debug>(
     }
 }
 
-fn wait_for(addr: &str, id: &str, state: &str, within: Duration) -> Value {
+pub(crate) fn wait_for(addr: &str, id: &str, state: &str, within: Duration) -> Value {
     poll(
         &format!("job {id} reaching {state}"),
         within,
@@ -142,13 +142,13 @@ fn wait_for(addr: &str, id: &str, state: &str, within: Duration) -> Value {
     )
 }
 
-fn attempts(chaos: &str) -> u64 {
+pub(crate) fn attempts(chaos: &str) -> u64 {
     get(chaos, "/chaos/attempts")["default"]
         .as_u64()
         .unwrap_or(0)
 }
 
-const JOB: &str = r#"{"protocol": "openai", "request": {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}}"#;
+pub(crate) const JOB: &str = r#"{"protocol": "openai", "request": {"model": "gpt-x", "messages": [{"role": "user", "content": "hi"}]}}"#;
 
 #[test]
 fn a_job_waiting_on_a_deadline_survives_sigkill_and_resumes_at_its_deadline() {

@@ -10,6 +10,7 @@
 mod chaos;
 mod classify;
 mod jobs;
+mod postgres;
 mod runs;
 mod serve;
 

@@ -20,6 +20,14 @@ pub(super) struct ConfigFile {
     pub(super) listen_backlog: Option<u32>,
     pub(super) body_limit_bytes: Option<usize>,
     pub(super) store_path: Option<String>,
+    /// A PostgreSQL database shared by several instances (X1), instead of `store_path`.
+    pub(super) store: Option<String>,
+    /// The environment variable holding the PostgreSQL password.
+    pub(super) store_password_env: Option<String>,
+    /// CA certificates (PEM) to trust for the PostgreSQL server's certificate.
+    pub(super) store_ca_file: Option<String>,
+    /// How long an instance's hold on a job lasts unless renewed (X2).
+    pub(super) store_lease_ms: Option<u64>,
     pub(super) header_read_timeout_ms: Option<u64>,
     pub(super) max_connections: Option<usize>,
     /// The default request deadline of every route (D6).

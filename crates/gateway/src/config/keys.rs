@@ -107,18 +107,21 @@ pub const CLIENT_CREDENTIAL_HEADERS: [&str; 6] = [
 ];
 
 impl Config {
-    /// Every key this configuration holds: the gateway keys and each candidate's own.
+    /// Every secret this configuration holds: the gateway keys, each candidate's own, and
+    /// the shared store's password.
     pub fn secrets(&self) -> Vec<String> {
         let candidates = self
             .routes
             .iter()
             .flat_map(|r| r.candidates.iter())
             .flat_map(|c| c.api_key.iter().chain(c.pool.iter()).cloned());
+        let store = self.shared_store.as_ref().and_then(|s| s.password.clone());
         self.gateway_keys
             .iter()
             .cloned()
             .chain(candidates)
             .chain(self.agents.secrets())
+            .chain(store)
             .collect()
     }
 

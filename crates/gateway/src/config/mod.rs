@@ -16,6 +16,7 @@ mod health;
 mod keys;
 mod policy;
 mod route;
+mod store;
 mod timeouts;
 
 pub use agent::{AgentOutput, AgentProfile, AgentRoute, Agents, DEFAULT_RESUME_PROMPT};
@@ -24,6 +25,7 @@ use file::{ConfigFile, compile_switch};
 pub use keys::CLIENT_CREDENTIAL_HEADERS;
 use policy::compile_policy;
 pub use route::{Candidate, Route, Routes, Switch, matches_pattern};
+pub use store::{DEFAULT_LEASE, SharedStore};
 pub use timeouts::TimeoutOverrides;
 
 /// The default request body limit.
@@ -111,8 +113,11 @@ pub struct Config {
     /// The request deadline of a route that sets none, and of a request that has no route
     /// of the configuration's (a stored response, a pass-through): `deadline_ms` (D6).
     pub deadline: Option<std::time::Duration>,
-    /// The durable jobs database.
+    /// The durable jobs database, when it is a SQLite file (the default).
     pub store_path: std::path::PathBuf,
+    /// The PostgreSQL database several instances share, when `store` names one: then
+    /// `store_path` is not used.
+    pub shared_store: Option<SharedStore>,
     /// How long a client may take to send a request head.
     pub header_read_timeout: std::time::Duration,
     /// The most client connections served at once; more wait to be accepted. `None` (not
@@ -431,6 +436,17 @@ pub fn load_with(
         Some(path) => std::path::PathBuf::from(path),
         None => default_store_path(env),
     };
+    let shared_store = store::compile(
+        &store::StoreFile {
+            store: parsed.store.as_deref(),
+            store_path: parsed.store_path.as_deref(),
+            store_password_env: parsed.store_password_env.as_deref(),
+            store_ca_file: parsed.store_ca_file.as_deref(),
+            store_lease_ms: parsed.store_lease_ms,
+        },
+        env,
+    )
+    .map_err(|(key, message)| err(Some(key), message))?;
     let header_read_timeout = match parsed.header_read_timeout_ms {
         Some(0) => {
             return Err(err(
@@ -476,6 +492,7 @@ pub fn load_with(
         body_limit,
         routes: Routes::new(routes),
         store_path,
+        shared_store,
         header_read_timeout,
         max_connections: parsed.max_connections,
         health,

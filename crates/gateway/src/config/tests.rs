@@ -619,3 +619,84 @@ fn a_key_pool_is_checked_and_every_key_is_a_secret() {
         assert!(!e.to_string().contains("sk-pool"), "{e}");
     }
 }
+
+#[test]
+fn a_shared_postgres_store_takes_its_password_from_the_environment() {
+    let text = format!(
+        "store = \"postgres://rebound@db.internal:5432/rebound?sslmode=require\"\nstore_password_env = \"REBOUND_PG\"\nstore_ca_file = \"/etc/rebound/db-ca.pem\"\nstore_lease_ms = 4000\n{DEFAULT_CONFIG}"
+    );
+    let c = load_env(&text, [("REBOUND_PG", "pg-secret-9d2e")]).unwrap();
+    let shared = c.shared_store.as_ref().unwrap();
+    assert_eq!(
+        shared.url,
+        "postgres://rebound@db.internal:5432/rebound?sslmode=require"
+    );
+    assert_eq!(
+        shared.ca_file.as_deref(),
+        Some(std::path::Path::new("/etc/rebound/db-ca.pem"))
+    );
+    assert_eq!(shared.password.as_deref(), Some("pg-secret-9d2e"));
+    assert_eq!(shared.lease, std::time::Duration::from_millis(4000));
+    // A secret from now on, and never in a debug print.
+    assert!(c.secrets().contains(&"pg-secret-9d2e".to_owned()));
+    assert!(!format!("{c:?}").contains("pg-secret-9d2e"));
+    // SQLite stays the default.
+    assert!(load_text(DEFAULT_CONFIG).unwrap().shared_store.is_none());
+    let c = load_text(&format!(
+        "store = \"postgresql://rebound@127.0.0.1/jobs\"\n{DEFAULT_CONFIG}"
+    ))
+    .unwrap();
+    assert_eq!(c.shared_store.unwrap().lease, DEFAULT_LEASE);
+}
+
+#[test]
+fn a_bad_store_setting_names_the_field_and_never_echoes_a_password() {
+    for (settings, field, says) in [
+        (
+            "store = \"mysql://u@h/db\"",
+            "store",
+            "must be a PostgreSQL URL",
+        ),
+        (
+            "store = \"postgres://rebound:hunter2-secret@h/db\"",
+            "store",
+            "carries a password",
+        ),
+        (
+            "store = \"postgres://h/db?password=hunter2-secret\"",
+            "store",
+            "carries a password",
+        ),
+        (
+            "store = \"postgres://u@h/db\"\nstore_path = \"jobs.db\"",
+            "store",
+            "not both",
+        ),
+        (
+            "store = \"postgres://u@h/db\"\nstore_password_env = \"NOPE_UNSET\"",
+            "store_password_env",
+            "NOPE_UNSET is not set",
+        ),
+        (
+            "store = \"postgres://u@h/db\"\nstore_lease_ms = 0",
+            "store_lease_ms",
+            "more than 0",
+        ),
+        (
+            "store_lease_ms = 5000",
+            "store_lease_ms",
+            "PostgreSQL `store` only",
+        ),
+        (
+            "store_ca_file = \"ca.pem\"",
+            "store_ca_file",
+            "PostgreSQL `store` only",
+        ),
+        ("store = \"postgres:///db\"", "store", "names no host"),
+    ] {
+        let e = load_text(&format!("{settings}\n{DEFAULT_CONFIG}")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(field), "{settings}: {e}");
+        assert!(e.message.contains(says), "{settings}: {e}");
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+    }
+}

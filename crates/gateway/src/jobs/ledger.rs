@@ -15,6 +15,9 @@ const EVENTS_BUFFERED: usize = 64;
 /// Jobs: the store, and the wakers and event channels of running jobs.
 pub struct Jobs {
     store: Arc<dyn JobStore>,
+    /// The jobs this instance drives, with how many drivers each has: on a shared store,
+    /// the jobs whose leases it renews (X2).
+    driving: Mutex<HashMap<String, usize>>,
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
     events: Mutex<HashMap<String, broadcast::Sender<String>>>,
 }
@@ -24,6 +27,7 @@ impl Jobs {
     pub fn new(store: Arc<dyn JobStore>) -> Self {
         Jobs {
             store,
+            driving: Mutex::default(),
             wakers: Mutex::default(),
             events: Mutex::default(),
         }
@@ -113,6 +117,30 @@ impl Jobs {
         if events.get(id).is_some_and(|tx| tx.receiver_count() == 0) {
             events.remove(id);
         }
+    }
+
+    /// Counts a driver of `id` in, while it runs.
+    pub(crate) fn driver_started(&self, id: &str) {
+        let mut driving = self.driving.lock().unwrap_or_else(PoisonError::into_inner);
+        *driving.entry(id.to_owned()).or_default() += 1;
+    }
+
+    /// Counts a driver of `id` out: once none is left, this instance no longer renews the
+    /// job's lease, and if it is still open another instance takes it over (X2).
+    pub(crate) fn driver_ended(&self, id: &str) {
+        let mut driving = self.driving.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = driving.get_mut(id) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                driving.remove(id);
+            }
+        }
+    }
+
+    /// The jobs this instance drives now.
+    pub(crate) fn driving(&self) -> Vec<String> {
+        let driving = self.driving.lock().unwrap_or_else(PoisonError::into_inner);
+        driving.keys().cloned().collect()
     }
 
     /// The job's waker: a manual action notifies it, so a driver waiting out the job's

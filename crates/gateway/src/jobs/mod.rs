@@ -9,9 +9,14 @@
 //! [`Jobs`] is the state every part shares: the store (reached off the async thread), each
 //! job's waker and each job's event channel. The API (`api`) and the driver use it; it uses
 //! neither.
+//!
+//! On a store several instances share (X2), `lease` keeps this instance's holds alive and
+//! takes over the jobs of instances that died; a job is driven only by the instance that
+//! holds it, and the API acts on any job, whichever instance holds it, fenced as ever.
 
 mod api;
 mod driver;
+mod lease;
 pub(crate) mod ledger;
 mod snapshot;
 mod view;
@@ -44,15 +49,34 @@ fn candidate_of(gateway: &Gateway, job: &JobRecord) -> Option<Arc<Candidate>> {
 /// transition and stops, so a job is never dispatched twice.
 pub(crate) fn spawn_driver(gateway: &Arc<Gateway>, id: String) {
     let gateway = Arc::clone(gateway);
-    tokio::spawn(async move { driver::drive(gateway, id).await });
+    if let Some(jobs) = gateway.jobs.as_ref() {
+        jobs.driver_started(&id);
+    }
+    tokio::spawn(async move {
+        driver::drive(Arc::clone(&gateway), id.clone()).await;
+        if let Some(jobs) = gateway.jobs.as_ref() {
+            jobs.driver_ended(&id);
+        }
+    });
 }
 
-/// After a restart: apply the restart rule ([`rebound_store::reconcile()`]), then drive every
-/// due job (P3).
+/// After a restart: apply the restart rule ([`rebound_store::reconcile()`]) to the jobs this
+/// instance takes, then drive every due job (P3). On a store several instances share, from
+/// then on also keep this instance's holds alive and take over the jobs of instances that
+/// died (X2).
 pub async fn resume(gateway: &Arc<Gateway>) -> Result<Reconciliation, StoreError> {
     let Some(jobs) = gateway.jobs.as_ref() else {
         return Ok(Reconciliation::default());
     };
+    let reconciled = take_over(gateway, jobs).await?;
+    if let Some(lease) = jobs.store().lease() {
+        tokio::spawn(lease::hold(Arc::clone(gateway), lease));
+    }
+    Ok(reconciled)
+}
+
+/// Takes the jobs nobody holds under the restart rule and drives the due ones.
+async fn take_over(gateway: &Arc<Gateway>, jobs: &Jobs) -> Result<Reconciliation, StoreError> {
     let now = gateway.clock().now();
     let reconciled = jobs
         .off_thread(move |store| rebound_store::reconcile(store, now))

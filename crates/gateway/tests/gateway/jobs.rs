@@ -22,7 +22,7 @@ use crate::{send, timeouts};
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-async fn upstream(script: &str) -> Chaos {
+pub(crate) async fn upstream(script: &str) -> Chaos {
     let chaos = Chaos::start("127.0.0.1:0".parse().unwrap(), ChaosConfig::default())
         .await
         .unwrap();
@@ -60,7 +60,11 @@ async fn gateway(config: &str, virtual_time: bool) -> (Server, Arc<SqliteStore>)
 }
 
 /// A gateway whose jobs live in `store`.
-async fn gateway_on(config: &str, store: Arc<dyn JobStore>, virtual_time: bool) -> Server {
+pub(crate) async fn gateway_on(
+    config: &str,
+    store: Arc<dyn JobStore>,
+    virtual_time: bool,
+) -> Server {
     let config = load("test.toml", config, &Overrides::default(), &[("X", "y")]).unwrap();
     let mut gateway = Gateway::new(
         config,

@@ -16,6 +16,7 @@ mod give_up;
 mod health;
 mod http2;
 mod jobs;
+mod leases;
 mod passthrough;
 mod recovery;
 mod responses;

@@ -1,5 +1,6 @@
 //! The SQLite store: fencing, attempts, reconciliation, durability across reopen, schema
-//! migration, and what a corrupt record does (P1–P4).
+//! migration, and what a corrupt record does (P1–P4); the PostgreSQL store in `postgres`
+//! (X1, X2).
 
 #![allow(
     clippy::unwrap_used,
@@ -18,6 +19,8 @@ use rebound_store::{
     AttemptOp, AttemptOutcome, AttemptRecord, DueJob, JobState, JobStore, NewJob, SqliteStore,
     StoreError, reconcile,
 };
+
+mod postgres;
 
 /// `ms` milliseconds after the Unix epoch.
 fn at(ms: u64) -> SystemTime {
