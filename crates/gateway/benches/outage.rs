@@ -47,8 +47,8 @@ use tracing::{Event, Metadata, Subscriber};
 use tracing_subscriber::Layer;
 use tracing_subscriber::layer::{Context, SubscriberExt};
 
-/// How long the primary is down.
-const OUTAGE: Duration = Duration::from_secs(10);
+/// How long the primary is down, unless `outage_ms=N` says otherwise.
+const OUTAGE_MS: u64 = 10_000;
 
 /// How long after the outage the primary is watched for serving again: the longest circuit
 /// window (8 s) and a second.
@@ -159,6 +159,8 @@ struct Outcome {
     /// From sending to the last byte of the answer (whole or streamed).
     latency: Duration,
     stream: bool,
+    /// The wave it came in, from 0.
+    wave: u64,
     /// `x-rebound-candidate` of a 200 with its whole body, or `None`: the request failed.
     served_by: Option<String>,
     /// The answer named a candidate passed over (`x-rebound-skipped`).
@@ -177,6 +179,7 @@ async fn one(client: &HttpClient, addr: SocketAddr, i: u64, stream: bool) -> Out
     let mut outcome = Outcome {
         latency: Duration::ZERO,
         stream,
+        wave: 0,
         served_by: None,
         skipped: false,
     };
@@ -228,7 +231,8 @@ impl Load {
                 let i = wave * self.per_wave + n;
                 tasks.push(tokio::spawn(async move {
                     tokio::time::sleep_until(at).await;
-                    one(&client, addr, i, i % 2 == 1).await
+                    let outcome = one(&client, addr, i, i % 2 == 1).await;
+                    Outcome { wave, ..outcome }
                 }));
             }
         }
@@ -288,16 +292,22 @@ impl Run {
     }
 }
 
-/// The load with the primary down for [`OUTAGE`] from its first wave.
-async fn outage(gateway: SocketAddr, primary: &Chaos, probes: &AtomicU64, load: Load) -> Run {
+/// The load with the primary down for `outage` from its first wave.
+async fn down(
+    gateway: SocketAddr,
+    primary: &Chaos,
+    probes: &AtomicU64,
+    load: Load,
+    outage: Duration,
+) -> Run {
     let client = &client();
     warm_up(client, gateway, primary).await;
     primary.set_script(
         "default",
-        parse_script(&format!("down:{}", OUTAGE.as_millis())).unwrap(),
+        parse_script(&format!("down:{}", outage.as_millis())).unwrap(),
     );
     // The outage begins with a request of our own straight to the primary, reset like every
-    // other for the next 10 s: it is not counted.
+    // other while the outage lasts: it is not counted.
     let direct = Request::post(format!("{}/chat/completions", primary.openai_base_url()))
         .header("content-type", "application/json")
         .body(Bytes::from_static(b"{}"))
@@ -309,16 +319,16 @@ async fn outage(gateway: SocketAddr, primary: &Chaos, probes: &AtomicU64, load: 
     let start = tokio::time::Instant::now();
     let probes_before = probes.load(Ordering::Relaxed);
     let tasks = load.send(client, gateway, start);
-    tokio::time::sleep_until(start + OUTAGE).await;
+    tokio::time::sleep_until(start + outage).await;
     let during = primary.attempts("default") - 1;
     let probes_during = probes.load(Ordering::Relaxed) - probes_before;
     // When the primary serves again: one request every 100 ms.
     let mut back = None;
     let mut i = 1_000_000;
-    while start.elapsed() < OUTAGE + WATCH {
+    while start.elapsed() < outage + WATCH {
         let watch = one(client, gateway, i, false).await;
         if watch.served_by.as_deref() == Some("primary") {
-            back = Some(start.elapsed().saturating_sub(OUTAGE));
+            back = Some(start.elapsed().saturating_sub(outage));
             break;
         }
         i += 1;
@@ -465,32 +475,34 @@ fn main() {
     );
     let started = Instant::now();
 
-    // No failure: the fast path, three rounds each, taking turns; the median round by p99.
-    let rounds = 3;
-    let mut fast: [Vec<Run>; 2] = [Vec::new(), Vec::new()];
-    for _ in 0..rounds {
-        for (runs, server) in fast.iter_mut().zip([&with, &without]) {
-            let fast_load = Load {
-                spacing: load.spacing.min(Duration::from_millis(100)),
-                ..load
-            };
-            runs.push(runtime.block_on(healthy(server.addr(), &primary, fast_load)));
+    // No failure: the fast path, five rounds each, taking turns (which goes first changes each
+    // round); the figures are over every round's requests together.
+    let rounds = 5;
+    let fast_load = Load {
+        spacing: load.spacing.min(Duration::from_millis(100)),
+        ..load
+    };
+    let (mut fast_on, mut fast_off) = (Run::default(), Run::default());
+    for round in 0..rounds {
+        let mut turns = [(&mut fast_on, &with), (&mut fast_off, &without)];
+        if round % 2 == 1 {
+            turns.reverse();
+        }
+        for (all, server) in turns {
+            let run = runtime.block_on(healthy(server.addr(), &primary, fast_load));
+            all.outcomes.extend(run.outcomes);
         }
     }
-    let [mut fast_on, mut fast_off] = fast;
-    for runs in [&mut fast_on, &mut fast_off] {
-        runs.sort_by(|a, b| a.latency(|_| true)[1].total_cmp(&b.latency(|_| true)[1]));
-    }
-    let (fast_on, fast_off) = (&fast_on[rounds / 2], &fast_off[rounds / 2]);
 
     // The outage, through each gateway in turn.
-    let on = runtime.block_on(outage(with.addr(), &primary, &probes, load));
-    let off = runtime.block_on(outage(without.addr(), &primary, &probes, load));
+    let outage = Duration::from_millis(arg("outage_ms", OUTAGE_MS));
+    let on = runtime.block_on(down(with.addr(), &primary, &probes, load, outage));
+    let off = runtime.block_on(down(without.addr(), &primary, &probes, load, outage));
 
     header(&format!(
         "the primary down for {} s from the first wave (chaos down:{})",
-        OUTAGE.as_secs(),
-        OUTAGE.as_millis()
+        outage.as_secs_f64(),
+        outage.as_millis()
     ));
     row(
         "attempts on the primary while down",
@@ -525,6 +537,14 @@ fn main() {
     );
     row("failed", on.failed() as f64, off.failed() as f64, 0);
     latency_rows(&on, &off);
+    let [_, on_later] = on.latency(|o| o.wave > 0);
+    let [_, off_later] = off.latency(|o| o.wave > 0);
+    row(
+        "p99 latency after the first wave (ms)",
+        on_later,
+        off_later,
+        2,
+    );
     let [_, on99] = on.latency(|_| true);
     let [_, off99] = off.latency(|_| true);
     let [_, fast_on99] = fast_on.latency(|_| true);
@@ -544,8 +564,8 @@ fn main() {
     );
 
     header(&format!(
-        "no failure, the same load with waves {} ms apart (median of {rounds} rounds by p99)",
-        load.spacing.min(Duration::from_millis(100)).as_millis()
+        "no failure, the same load with waves {} ms apart ({rounds} rounds each, taking turns)",
+        fast_load.spacing.as_millis()
     ));
     row(
         "served by the primary",
@@ -559,6 +579,6 @@ fn main() {
         fast_off.failed() as f64,
         0,
     );
-    latency_rows(fast_on, fast_off);
+    latency_rows(&fast_on, &fast_off);
     println!("\n  {:.1} s in all", started.elapsed().as_secs_f64());
 }
