@@ -6,18 +6,20 @@
 //! Two `rebound chaos` upstreams (primary, fallback) and the two gateways each run on a thread
 //! of their own, on a current-thread runtime as `rebound serve` and `rebound chaos` do, on real
 //! loopback sockets and the wall clock; the load comes from this thread. The outage is chaos's
-//! `down:MS` step: every request to the primary within 10 s of the first is reset before any
-//! response byte, then it answers again. The route and its policies are the defaults (a
+//! `down:MS` step: every request to the primary within 10 s of the first (`outage_ms=N`) is
+//! reset before any response byte, then it answers again. The route and its policies are the defaults (a
 //! primary with a fallback after it: at most two retries per class, then the fallback).
 //!
 //! The load: `waves` waves (10 by default) of `per_wave` requests (100) sent at once, a wave
 //! every `spacing_ms` (1,000): the 1,000 requests cover the outage. Every other request
 //! streams. After the outage one request every 100 ms finds when the primary serves again.
+//! With no failure, the same waves 100 ms apart, five rounds through each gateway taking turns.
 //! Probes are counted from the ledger's log events (`rebound::health`, `to=probing`); no other
 //! event is formatted or written.
 //!
 //! Run: `cargo bench -p rebound-gateway --bench outage`; after `--`, `waves=N`,
-//! `per_wave=N` and `spacing_ms=N` change the load (`waves=1 per_wave=1000`: all at once).
+//! `per_wave=N`, `spacing_ms=N` and `outage_ms=N` change the load (`waves=1 per_wave=1000`:
+//! all at once).
 
 #![allow(
     clippy::unwrap_used,
