@@ -273,7 +273,7 @@ impl Run {
         self.outcomes.iter().filter(|o| o.skipped).count()
     }
 
-    /// p50 and p99 of the answers that `kind` selects, in milliseconds.
+    /// p50 and p99 of the answers that `kind` selects, in milliseconds; NaN when there are none.
     fn latency(&self, kind: impl Fn(&Outcome) -> bool) -> [f64; 2] {
         let mut sorted: Vec<Duration> = self
             .outcomes
@@ -285,10 +285,7 @@ impl Run {
         let at = |q: usize| {
             sorted
                 .get(sorted.len().saturating_sub(1) * q / 100)
-                .copied()
-                .unwrap_or_default()
-                .as_secs_f64()
-                * 1e3
+                .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
         };
         [at(50), at(99)]
     }
@@ -395,16 +392,27 @@ async fn warm_up(client: &Arc<HttpClient>, gateway: SocketAddr, primary: &Chaos)
 }
 
 fn ratio(on: f64, off: f64) -> String {
-    if off > 0.0 {
+    if off > 0.0 && !on.is_nan() {
         format!("{:.3}", on / off)
     } else {
         "-".to_owned()
     }
 }
 
+/// A figure, or `-` for none (NaN).
+fn cell(value: f64, decimals: usize) -> String {
+    if value.is_nan() {
+        "-".to_owned()
+    } else {
+        format!("{value:.decimals$}")
+    }
+}
+
 fn row(what: &str, on: f64, off: f64, decimals: usize) {
     println!(
-        "  {what:<42} {on:>12.decimals$} {off:>12.decimals$} {:>10}",
+        "  {what:<42} {:>12} {:>12} {:>10}",
+        cell(on, decimals),
+        cell(off, decimals),
         ratio(on, off)
     );
 }
@@ -412,7 +420,9 @@ fn row(what: &str, on: f64, off: f64, decimals: usize) {
 /// A row whose ratio says nothing.
 fn pair(what: &str, on: f64, off: f64, decimals: usize) {
     println!(
-        "  {what:<42} {on:>12.decimals$} {off:>12.decimals$} {:>10}",
+        "  {what:<42} {:>12} {:>12} {:>10}",
+        cell(on, decimals),
+        cell(off, decimals),
         "-"
     );
 }
@@ -512,7 +522,8 @@ fn main() {
         off.during as f64,
         0,
     );
-    pair("  of which probes", on.probes as f64, off.probes as f64, 0);
+    // Without a ledger nothing probes.
+    pair("  of which probes", on.probes as f64, f64::NAN, 0);
     row(
         "attempts on the primary after it recovered",
         on.after as f64,
