@@ -334,8 +334,16 @@ impl Health {
         } else if class == Some(Class::Transient) || probing {
             entry.consecutive = entry.consecutive.saturating_add(1);
             if probing || entry.consecutive >= settings.circuit_after {
-                let window = circuit_window(&settings, entry.windows);
-                entry.windows = entry.windows.saturating_add(1);
+                let window = if from == HealthState::Open && !probing {
+                    // Already open: an attempt that passed the gate before the circuit opened
+                    // failed too. It re-arms the window it finds; only a failed probe grows
+                    // it, or a burst of concurrent failures would jump to the cap at once.
+                    circuit_window(&settings, entry.windows.saturating_sub(1))
+                } else {
+                    let window = circuit_window(&settings, entry.windows);
+                    entry.windows = entry.windows.saturating_add(1);
+                    window
+                };
                 (HealthState::Open, Some(now + window))
             } else {
                 (entry.state, None)

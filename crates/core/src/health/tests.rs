@@ -127,6 +127,50 @@ fn consecutive_transient_failures_open_a_growing_capped_circuit() {
 }
 
 #[test]
+fn failures_of_attempts_sent_before_the_circuit_opened_do_not_grow_its_window() {
+    // S1, S3: 100 concurrent requests all passed the gate before the first failure came
+    // back. The third failure opens the circuit for the first window; the 97 after it are
+    // the same outage seen again, not failed probes: the window stays 1 s (re-armed from
+    // the latest), and only the failed probe doubles it.
+    let mut h = ledger();
+    let now = t(0);
+    for _ in 0..100 {
+        let _ = h.failed("a", &failure(Class::Transient, None), now);
+    }
+    assert_eq!(h.state("a"), HealthState::Open);
+    assert_eq!(
+        h.gate("a", now).0,
+        Gate::Rest {
+            until: t(1),
+            class: Class::Transient,
+            behind_probe: false,
+        }
+    );
+    // A late one re-arms the window from its own time: it may extend, never shorten.
+    let late = now + Duration::from_millis(500);
+    let _ = h.failed("a", &failure(Class::Transient, None), late);
+    let until = late + Duration::from_secs(1);
+    assert_eq!(
+        h.gate("a", late).0,
+        Gate::Rest {
+            until,
+            class: Class::Transient,
+            behind_probe: false,
+        }
+    );
+    assert_eq!(h.gate("a", until).0, Gate::Probe);
+    let _ = h.failed("a", &failure(Class::Transient, None), until);
+    assert_eq!(
+        h.gate("a", until).0,
+        Gate::Rest {
+            until: until + Duration::from_secs(2),
+            class: Class::Transient,
+            behind_probe: false,
+        }
+    );
+}
+
+#[test]
 fn exactly_one_caller_probes_and_its_success_closes() {
     let mut h = ledger();
     let _ = h.failed("a", &failure(Class::RateLimit, Some(2)), t(0));
