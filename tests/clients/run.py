@@ -93,6 +93,12 @@ candidates = ["anthropic-slow"]
 id = "default"
 models = ["*"]
 candidates = ["openai", "anthropic"]
+
+# The scenarios run one after another through this one gateway and each counts rebound's
+# exact attempts before the client sees its give-up: a circuit one scenario opened would rest
+# the next one's candidate. The shared ledger is tested on its own (crates/gateway/tests).
+[health]
+enabled = false
 """
 
 
