@@ -356,6 +356,11 @@ impl Turn {
         action
     }
 
+    /// Whether another candidate follows the current one on the route.
+    pub fn has_next(&self) -> bool {
+        self.candidate + 1 < self.route.len()
+    }
+
     /// The candidate (route position) the next attempt goes to.
     pub fn candidate(&self) -> usize {
         self.candidate

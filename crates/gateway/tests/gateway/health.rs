@@ -67,7 +67,11 @@ impl Manual {
 
     /// Runs one request to its end, moving the clock to each wait's end as it begins.
     async fn drive(&self, stream: bool) -> Reply {
-        let mut request = self.post(stream);
+        self.finish(self.post(stream)).await
+    }
+
+    /// Runs `request` to its end, moving the clock to each wait's end as it begins.
+    async fn finish(&self, mut request: tokio::task::JoinHandle<Reply>) -> Reply {
         loop {
             tokio::select! {
                 reply = &mut request => return reply.unwrap(),
@@ -414,4 +418,35 @@ async fn a_rate_limited_key_of_a_pool_rests_while_the_others_serve() {
         .to_owned();
     assert_eq!(last, a);
     assert_eq!(g.candidate("pooled").await["keys"][0]["state"], "closed");
+}
+
+#[tokio::test]
+async fn a_request_waiting_on_a_candidate_that_others_find_down_passes_it_over_at_once() {
+    // S2: request A waits out its own backoff after a 503; request B's 503 opens the
+    // circuit. A does not wait on a candidate now known to rest: the fallback serves it at
+    // once, while B (whose own failure opened it) keeps its schedule.
+    let primary = chaos("").await;
+    let fallback = chaos("").await;
+    primary.set_script("default", parse_script(&vec!["503"; 20].join(",")).unwrap());
+    let config = format!(
+        "[health]\ncircuit_after = 2\n\n{}policy = {{ transient = {{ retries = 5, initial_ms = 1000, cap_ms = 1000, exhausted = \"skip\" }} }}\n\n{}\n{}",
+        candidate("primary", &primary),
+        candidate("fallback", &fallback),
+        route(&["primary", "fallback"])
+    );
+    let g = Manual::start(&config).await;
+    let a = g.post(false);
+    assert!(g.time.until_sleeping(1, LIMIT).await);
+    let b = g.post(false);
+    let reply = tokio::time::timeout(LIMIT, a)
+        .await
+        .expect("A still waits on a candidate known to rest")
+        .unwrap();
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    assert_eq!(reply.header("x-rebound-skipped"), "primary");
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "A waited no longer");
+    assert_eq!(primary.attempts("default"), 2);
+    assert!(!b.is_finished());
+    assert_eq!(g.finish(b).await.status, 200);
 }

@@ -376,7 +376,8 @@ async fn after_failure<H: Host>(
 ) -> Next<H::Stopped> {
     let decision = decide(engine, turn, &failed, candidate, attempt);
     let mut next_key = false;
-    if let Some(health) = ledger(engine, host) {
+    let health = ledger(engine, host);
+    if let Some(health) = health {
         let now = engine.clock().now();
         let classification = &decision.classification;
         let id = host.candidate_id(candidate);
@@ -399,30 +400,52 @@ async fn after_failure<H: Host>(
     if next_key {
         return Next::Attempt(class);
     }
-    carry_out(host, failed, decision, attempt, class, None).await
+    // Taken after this failure is on the ledger: only what other requests learn ends the wait.
+    let id = host.candidate_id(candidate).to_owned();
+    let early = match health {
+        Some(health) if turn.has_next() => Early::Resting {
+            changes: health.subscribe(),
+            health,
+            id: &id,
+            clock: engine.clock(),
+        },
+        _ => Early::Never,
+    };
+    carry_out(host, failed, decision, attempt, class, early).await
 }
 
-/// Carries out a committed decision. A wait for a resting candidate ends early when the
-/// ledger changes (`changes`): a probe reported, or another deadline was learned.
+/// What ends a wait before it runs out.
+pub(super) enum Early<'a> {
+    /// Nothing.
+    Never,
+    /// Any change of the ledger: a rest, which a probe's report or a new deadline ends.
+    Change(tokio::sync::watch::Receiver<u64>),
+    /// The candidate waited for starts resting in the ledger (another request opened its
+    /// circuit or learned its cooldown) while the route has another candidate: the loop then
+    /// passes it over at once instead of waiting on (S2).
+    Resting {
+        /// The ledger's changes since the failure was recorded.
+        changes: tokio::sync::watch::Receiver<u64>,
+        /// The ledger.
+        health: &'a SharedHealth,
+        /// The candidate's ledger id.
+        id: &'a str,
+        /// The engine's clock, to wait out the rest of a wait the ledger did not end.
+        clock: &'a dyn Clock,
+    },
+}
+
+/// Carries out a committed decision; a wait ends early as `early` says.
 async fn carry_out<H: Host>(
     host: &mut H,
     failed: Failed<H::Detail>,
     decision: Decision,
     attempt: u32,
     class: &'static str,
-    changes: Option<tokio::sync::watch::Receiver<u64>>,
+    early: Early<'_>,
 ) -> Next<H::Stopped> {
     let flow = match decision.action {
-        Action::Retry(wait) => match changes {
-            Some(mut changes) => {
-                tokio::select! {
-                    flow = host.wait(&failed, &wait, attempt) => flow,
-                    // A closed ledger cannot change again: the wait runs out.
-                    Ok(()) = changes.changed() => Flow::Continue,
-                }
-            }
-            None => host.wait(&failed, &wait, attempt).await,
-        },
+        Action::Retry(wait) => wait_out(host, &failed, wait, attempt, early).await,
         Action::Fallback { candidate, .. } => host.fall_back(&failed, candidate, attempt).await,
         Action::Stop(diagnostics) => {
             return Next::Stopped(host.stop(failed, diagnostics, attempt).await);
@@ -434,6 +457,47 @@ async fn carry_out<H: Host>(
             host.report(Report::Ended);
             Next::Ended
         }
+    }
+}
+
+/// Spends `wait` through the host, unless `early` ends it first.
+async fn wait_out<H: Host>(
+    host: &mut H,
+    failed: &Failed<H::Detail>,
+    mut wait: Wait,
+    attempt: u32,
+    early: Early<'_>,
+) -> Flow {
+    match early {
+        Early::Never => host.wait(failed, &wait, attempt).await,
+        // A closed ledger cannot change again: the wait runs out.
+        Early::Change(mut changes) => tokio::select! {
+            flow = host.wait(failed, &wait, attempt) => flow,
+            Ok(()) = changes.changed() => Flow::Continue,
+        },
+        Early::Resting {
+            mut changes,
+            health,
+            id,
+            clock,
+        } => loop {
+            let started = clock.now();
+            tokio::select! {
+                flow = host.wait(failed, &wait, attempt) => return flow,
+                Ok(()) = changes.changed() => {
+                    let now = clock.now();
+                    if !health.may_serve(id, now) {
+                        return Flow::Continue;
+                    }
+                    // Another candidate's change: the rest of the wait, then the retry.
+                    let spent = now.duration_since(started).unwrap_or_default();
+                    wait.delay = wait.delay.saturating_sub(spent);
+                    if wait.delay.is_zero() {
+                        return Flow::Continue;
+                    }
+                }
+            }
+        },
     }
 }
 

@@ -13,7 +13,7 @@ use rebound_core::classification::{Class, Confidence, Scope, Verdict};
 use rebound_core::hint::{Hint, HintSource};
 use rebound_core::{Classification, Evidence, Gate, Phase, Rest, Safety, Turn};
 
-use super::{Decision, Engine, Flow, Host, Next, Report, carry_out, log_decision};
+use super::{Decision, Early, Engine, Flow, Host, Next, Report, carry_out, log_decision};
 use crate::attempt::Failed;
 use crate::health::SharedHealth;
 
@@ -212,7 +212,7 @@ pub(super) async fn consult<H: Host>(
     let class = decision.class();
     // The attempt in hand was not sent: the host counts those that were.
     let sent = attempt.saturating_sub(1);
-    match carry_out(host, failed, decision, sent, class, Some(changes)).await {
+    match carry_out(host, failed, decision, sent, class, Early::Change(changes)).await {
         Next::Attempt(_) => Consulted::Again,
         Next::Stopped(stopped) => Consulted::Stopped(stopped),
         Next::Ended => Consulted::Ended,
