@@ -30,6 +30,7 @@ mod column;
 pub mod model;
 pub mod postgres;
 pub mod reconcile;
+mod row;
 pub mod runs;
 pub mod sqlite;
 

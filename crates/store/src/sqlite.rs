@@ -11,10 +11,11 @@ use std::time::SystemTime;
 use rusqlite::types::FromSql;
 use rusqlite::{Connection, Row, TransactionBehavior, named_params};
 
-use crate::column::{from_ms, new_id, to_json, to_ms};
+use crate::column::{new_id, to_json, to_ms};
 use crate::model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
+use crate::row::{self, Columns};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied. A
 /// migration, once released, is never edited: databases at its version exist.
@@ -134,8 +135,7 @@ impl SqliteStore {
 const COLUMNS: &str = "id, generation, state, protocol, route_id, candidates, policies, request, turn, \
      deadline_ms, pending_outcome, classification, response_status, response, error, created_ms, updated_ms";
 
-/// One row, read by column name; a value that does not convert is [`StoreError::Corrupt`]
-/// naming the job and the field.
+/// One row, read by column name (see [`Columns`]).
 struct Fields<'r, 's> {
     row: &'r Row<'s>,
     id: String,
@@ -144,59 +144,35 @@ struct Fields<'r, 's> {
 }
 
 impl Fields<'_, '_> {
-    fn field(&self, column: &str) -> String {
-        format!("{}{}", self.at, column.trim_end_matches("_ms"))
-    }
-
     fn get<T: FromSql>(&self, column: &str) -> Result<T, StoreError> {
         self.row.get(column).map_err(|e| match e {
             rusqlite::Error::InvalidColumnType(..)
             | rusqlite::Error::FromSqlConversionFailure(..)
-            | rusqlite::Error::IntegralValueOutOfRange(..) => {
-                StoreError::corrupt(&self.id, self.field(column), e)
-            }
+            | rusqlite::Error::IntegralValueOutOfRange(..) => self.corrupt(column, e),
             other => db(other),
         })
     }
+}
 
-    fn json<T: serde::de::DeserializeOwned>(&self, column: &str) -> Result<T, StoreError> {
-        let text: String = self.get(column)?;
-        serde_json::from_str(&text)
-            .map_err(|e| StoreError::corrupt(&self.id, self.field(column), e))
+impl Columns for Fields<'_, '_> {
+    fn job(&self) -> &str {
+        &self.id
     }
 
-    fn json_or_null<T: serde::de::DeserializeOwned>(
-        &self,
-        column: &str,
-    ) -> Result<Option<T>, StoreError> {
-        let text: Option<String> = self.get(column)?;
-        text.map(|t| {
-            serde_json::from_str(&t)
-                .map_err(|e| StoreError::corrupt(&self.id, self.field(column), e))
-        })
-        .transpose()
+    fn at(&self) -> &str {
+        &self.at
     }
 
-    fn time(&self, column: &str) -> Result<SystemTime, StoreError> {
-        let ms: i64 = self.get(column)?;
-        from_ms(ms)
-            .ok_or_else(|| StoreError::corrupt(&self.id, self.field(column), format!("{ms} ms")))
+    fn text_or_null(&self, column: &str) -> Result<Option<String>, StoreError> {
+        self.get(column)
     }
 
-    fn time_or_null(&self, column: &str) -> Result<Option<SystemTime>, StoreError> {
-        let ms: Option<i64> = self.get(column)?;
-        ms.map(|ms| {
-            from_ms(ms).ok_or_else(|| {
-                StoreError::corrupt(&self.id, self.field(column), format!("{ms} ms"))
-            })
-        })
-        .transpose()
+    fn int_or_null(&self, column: &str) -> Result<Option<i64>, StoreError> {
+        self.get(column)
     }
 
-    fn parsed<T>(&self, column: &str, parse: impl Fn(&str) -> Option<T>) -> Result<T, StoreError> {
-        let text: String = self.get(column)?;
-        parse(&text)
-            .ok_or_else(|| StoreError::corrupt(&self.id, self.field(column), format!("`{text}`")))
+    fn bytes_or_null(&self, column: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(column)
     }
 }
 
@@ -207,25 +183,7 @@ fn read_job(row: &Row<'_>) -> Result<JobRecord, StoreError> {
         id: id.clone(),
         at: String::new(),
     };
-    Ok(JobRecord {
-        generation: f.get("generation")?,
-        state: f.parsed("state", JobState::parse)?,
-        protocol: f.get("protocol")?,
-        route_id: f.get("route_id")?,
-        candidates: f.json("candidates")?,
-        policies: f.json("policies")?,
-        request: f.get("request")?,
-        turn: f.json("turn")?,
-        deadline: f.time_or_null("deadline_ms")?,
-        pending_outcome: f.get("pending_outcome")?,
-        classification: f.json_or_null("classification")?,
-        response_status: f.get("response_status")?,
-        response: f.get("response")?,
-        error: f.json_or_null("error")?,
-        created: f.time("created_ms")?,
-        updated: f.time("updated_ms")?,
-        id,
-    })
+    row::read_job(id, &f)
 }
 
 fn read_attempt(job: &str, row: &Row<'_>) -> Result<AttemptRecord, StoreError> {
@@ -235,19 +193,7 @@ fn read_attempt(job: &str, row: &Row<'_>) -> Result<AttemptRecord, StoreError> {
         id: job.to_owned(),
         at: format!("attempts[{number}]."),
     };
-    Ok(AttemptRecord {
-        number,
-        candidate: f.get("candidate")?,
-        started: f.time("started_ms")?,
-        finished: f.time_or_null("finished_ms")?,
-        outcome: f.parsed("outcome", AttemptOutcome::parse)?,
-        status: f.get("status")?,
-        code: f.get("code")?,
-        class: f.get("class")?,
-        rule_id: f.get("rule_id")?,
-        catalogue_version: f.get("catalogue_version")?,
-        phase: f.get("phase")?,
-    })
+    row::read_attempt(number, &f)
 }
 
 /// Every row `sql` selects, read by `read`.
