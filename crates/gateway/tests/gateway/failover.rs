@@ -9,28 +9,7 @@ use crate::{Running, chaos, gateway, openai_body};
 
 /// A route of two OpenAI candidates with no policy configured: `primary`, then `fallback`.
 fn two_candidates(primary: &Chaos, fallback: &Chaos) -> String {
-    format!(
-        r#"
-[[candidate]]
-id = "primary"
-protocol = "openai"
-base_url = "{}"
-api_key_env = "CANARY_KEY"
-
-[[candidate]]
-id = "fallback"
-protocol = "openai"
-base_url = "{}"
-api_key_env = "CANARY_KEY"
-
-[[route]]
-id = "main"
-models = ["*"]
-candidates = ["primary", "fallback"]
-"#,
-        primary.openai_base_url(),
-        fallback.openai_base_url()
-    )
+    crate::primary_then_fallback(primary, fallback, "")
 }
 
 /// Sends one request through a two-candidate route whose primary follows `script`, and

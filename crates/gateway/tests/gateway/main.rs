@@ -174,6 +174,38 @@ pub(crate) async fn gateway(config: &str, chaos: &Chaos) -> Running {
     Running { server, time, log }
 }
 
+/// A route of two OpenAI candidates: `primary` (with `primary_extra`, e.g. its own policy or
+/// timeouts), then `fallback`.
+pub(crate) fn primary_then_fallback(
+    primary: &Chaos,
+    fallback: &Chaos,
+    primary_extra: &str,
+) -> String {
+    format!(
+        r#"
+[[candidate]]
+id = "primary"
+protocol = "openai"
+base_url = "{}"
+api_key_env = "CANARY_KEY"
+{primary_extra}
+
+[[candidate]]
+id = "fallback"
+protocol = "openai"
+base_url = "{}"
+api_key_env = "CANARY_KEY"
+
+[[route]]
+id = "main"
+models = ["*"]
+candidates = ["primary", "fallback"]
+"#,
+        primary.openai_base_url(),
+        fallback.openai_base_url()
+    )
+}
+
 /// The default two-protocol config against one chaos upstream.
 pub(crate) const SIMPLE: &str = r#"
 [[candidate]]

@@ -9,29 +9,7 @@ use crate::{chaos, gateway, openai_body};
 
 /// `primary` (with `timeouts`), then `fallback`.
 fn pair(primary: &Chaos, fallback: &Chaos, timeouts: &str) -> String {
-    format!(
-        r#"
-[[candidate]]
-id = "primary"
-protocol = "openai"
-base_url = "{}"
-api_key_env = "CANARY_KEY"
-timeouts = {{ {timeouts} }}
-
-[[candidate]]
-id = "fallback"
-protocol = "openai"
-base_url = "{}"
-api_key_env = "CANARY_KEY"
-
-[[route]]
-id = "main"
-models = ["*"]
-candidates = ["primary", "fallback"]
-"#,
-        primary.openai_base_url(),
-        fallback.openai_base_url()
-    )
+    crate::primary_then_fallback(primary, fallback, &format!("timeouts = {{ {timeouts} }}"))
 }
 
 /// One request through a pair whose primary follows `script`: served by the fallback after
