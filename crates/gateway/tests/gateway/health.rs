@@ -28,13 +28,11 @@ struct Manual {
 
 impl Manual {
     async fn start(config: &str) -> Manual {
-        let config = load(
-            "test.toml",
-            config,
-            &Overrides::default(),
-            &[("CANARY_KEY", CANARY)],
-        )
-        .unwrap();
+        Self::start_with(config, &[("CANARY_KEY", CANARY)]).await
+    }
+
+    async fn start_with<const N: usize>(config: &str, env: &[(&str, &str); N]) -> Manual {
+        let config = load("test.toml", config, &Overrides::default(), env).unwrap();
         let time = ManualTime::starting_at(UNIX_EPOCH + Duration::from_secs(ORIGIN));
         let log = Logs::capture();
         let gateway = Gateway::new(
@@ -343,38 +341,55 @@ async fn jobs_and_live_requests_share_one_ledger() {
     assert_eq!(upstream.attempts("default"), 3);
 }
 
+const POOL_A: &str = "sk-proj-PoolKeyAlpha0123456789abcdef";
+const POOL_B: &str = "sk-proj-PoolKeyBravo0123456789abcdef";
+
+/// One candidate with a pool of two keys.
+fn pooled(upstream: &Chaos) -> String {
+    format!(
+        "[[candidate]]\nid = \"pooled\"\nprotocol = \"openai\"\nbase_url = \"{}\"\napi_key_envs = [\"POOL_A\", \"POOL_B\"]\n\n{}",
+        upstream.openai_base_url(),
+        route(&["pooled"])
+    )
+}
+
+#[tokio::test]
+async fn a_job_whose_key_is_rate_limited_goes_on_with_the_next_key_at_once() {
+    // S4 for durable jobs: the retry after key 1's 429 is on record with no wait, and key 2
+    // answers it.
+    let upstream = chaos("429+retry-after:20").await;
+    let g = Manual::start_with(
+        &pooled(&upstream),
+        &[("POOL_A", POOL_A), ("POOL_B", POOL_B)],
+    )
+    .await;
+    let id = crate::jobs::submit(&g.server).await;
+    let job = crate::jobs::until(&g.server, &id, "succeeded").await;
+    assert_eq!(job["attempts"].as_array().map(Vec::len), Some(2), "{job}");
+    assert_eq!(
+        g.time.elapsed(),
+        Duration::ZERO,
+        "the job waited for nothing"
+    );
+    let used: Vec<String> = upstream
+        .requests()
+        .iter()
+        .map(|r| r.header("authorization").unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(
+        used,
+        [format!("Bearer {POOL_A}"), format!("Bearer {POOL_B}")]
+    );
+}
+
 #[tokio::test]
 async fn a_rate_limited_key_of_a_pool_rests_while_the_others_serve() {
     // S4: key 1 answers 429 with `retry-after: 20`; the retry goes to key 2 at once, and so
     // does every later request until key 1's deadline. No key appears in the ledger's page,
     // the metrics or the log.
-    const POOL_A: &str = "sk-proj-PoolKeyAlpha0123456789abcdef";
-    const POOL_B: &str = "sk-proj-PoolKeyBravo0123456789abcdef";
     let upstream = chaos("429+retry-after:20").await;
-    let config = format!(
-        "[[candidate]]\nid = \"pooled\"\nprotocol = \"openai\"\nbase_url = \"{}\"\napi_key_envs = [\"POOL_A\", \"POOL_B\"]\n\n{}",
-        upstream.openai_base_url(),
-        route(&["pooled"])
-    );
-    let config = load(
-        "test.toml",
-        &config,
-        &Overrides::default(),
-        &[("POOL_A", POOL_A), ("POOL_B", POOL_B)],
-    )
-    .unwrap();
-    let time = ManualTime::starting_at(UNIX_EPOCH + Duration::from_secs(ORIGIN));
-    let log = Logs::capture();
-    let gateway = Gateway::new(
-        config,
-        HttpClient::new(timeouts()).unwrap(),
-        Arc::new(Catalogue::shipped().unwrap()),
-    )
-    .with_time(time.clone(), time.clone());
-    let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
-        .await
-        .unwrap();
-    let g = Manual { server, time, log };
+    let config = pooled(&upstream);
+    let g = Manual::start_with(&config, &[("POOL_A", POOL_A), ("POOL_B", POOL_B)]).await;
     for _ in 0..3 {
         let reply = g.post(false).await.unwrap();
         assert_eq!(reply.status, 200, "{}", reply.text());

@@ -374,7 +374,7 @@ async fn after_failure<H: Host>(
     candidate: usize,
     attempt: u32,
 ) -> Next<H::Stopped> {
-    let decision = decide(engine, turn, &failed, candidate, attempt);
+    let mut decision = decide(engine, turn, &failed, candidate, attempt);
     let mut next_key = false;
     let health = ledger(engine, host);
     if let Some(health) = health {
@@ -390,6 +390,11 @@ async fn after_failure<H: Host>(
         // the next key at once.
         next_key = matches!(decision.action, Action::Retry(_))
             && slot.another_key_serves(health, id, host.keys(candidate), classification.scope, now);
+    }
+    // The retry needs no wait: on record (a durable job's deadline) and in the log alike.
+    if next_key && let Action::Retry(wait) = &mut decision.action {
+        wait.delay = Duration::ZERO;
+        wait.status.delay = Duration::ZERO;
     }
     log_decision(host, &failed, &decision);
     host.report(Report::Decided(&decision));
