@@ -71,6 +71,13 @@ impl Runtime {
         self
     }
 
+    /// Shares `health` between every turn of this runtime (S1–S3): a provider that answers
+    /// one turn with `retry-after` or goes down rests for all of them, keyed by provider name.
+    pub fn with_health(mut self, health: Arc<crate::SharedHealth>) -> Self {
+        self.engine = self.engine.with_health(health);
+        self
+    }
+
     /// The policy every turn uses.
     pub fn policy(&self) -> &Arc<Policy> {
         &self.policy

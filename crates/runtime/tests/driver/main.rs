@@ -9,6 +9,7 @@
 )]
 
 mod faults;
+mod health;
 mod responses;
 mod schedules;
 mod thinking;
