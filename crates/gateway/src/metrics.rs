@@ -219,10 +219,14 @@ impl Metrics {
         self.attempts.inc([candidate]);
     }
 
-    /// A retry of `class`/`code` after `wait`.
-    pub fn retry(&self, class: &str, code: &str, wait: Duration) {
+    /// A retry of `class`/`code`.
+    pub fn retry(&self, class: &str, code: &str) {
         self.retries.inc([class, code]);
-        self.wait.observe(wait.as_secs_f64());
+    }
+
+    /// A wait (a retry's or a rest's) that lasted `waited`.
+    pub fn waited(&self, waited: Duration) {
+        self.wait.observe(waited.as_secs_f64());
     }
 
     /// A request succeeded after failures of `class`.
@@ -241,12 +245,9 @@ impl Metrics {
     }
 
     /// A request found `candidate` resting, and `outcome` followed (skipped, waited,
-    /// stopped); a wait is observed like a retry's.
-    pub fn rest(&self, candidate: &str, outcome: &str, wait: Option<Duration>) {
+    /// stopped).
+    pub fn rest(&self, candidate: &str, outcome: &str) {
         self.rests.inc([candidate, outcome]);
-        if let Some(wait) = wait {
-            self.wait.observe(wait.as_secs_f64());
-        }
     }
 
     /// `candidate` is in `state` now (closed, cooling, open, probing), and in no other.
@@ -285,12 +286,14 @@ mod tests {
         m.attempt("a");
         m.attempt("a");
         m.request("openai", "recovered");
-        m.retry("transient", "bad_gateway", Duration::from_millis(1500));
-        m.retry("rate_limit", "rate_limited", Duration::from_millis(50));
+        m.retry("transient", "bad_gateway");
+        m.waited(Duration::from_millis(1500));
+        m.retry("rate_limit", "rate_limited");
+        m.waited(Duration::from_millis(50));
         m.exhaustion("transient", "bad_gateway");
         m.fallback("rate_limit", "rate_limited");
         m.recovery("transient");
-        m.rest("a", "skipped", None);
+        m.rest("a", "skipped");
         m.health_state("a", "cooling");
         let text = m.render();
         for line in [

@@ -87,7 +87,7 @@ pub(crate) fn count<'a>(
         Report::Decided(decision) => {
             let (class, code) = (decision.class(), decision.code());
             match &decision.action {
-                Action::Retry(wait) => metrics.retry(class, code, wait.delay),
+                Action::Retry(_) => metrics.retry(class, code),
                 Action::Fallback { .. } => metrics.fallback(class, code),
                 Action::Stop(diagnostics) => {
                     if matches!(
@@ -103,14 +103,15 @@ pub(crate) fn count<'a>(
         Report::Rested(decision) => {
             let candidate = candidate_id(decision.candidate);
             match &decision.action {
-                Action::Retry(wait) => metrics.rest(candidate, "waited", Some(wait.delay)),
-                Action::Fallback { .. } => metrics.rest(candidate, "skipped", None),
+                Action::Retry(_) => metrics.rest(candidate, "waited"),
+                Action::Fallback { .. } => metrics.rest(candidate, "skipped"),
                 Action::Stop(_) => {
-                    metrics.rest(candidate, "stopped", None);
+                    metrics.rest(candidate, "stopped");
                     metrics.request(protocol, "error");
                 }
             }
         }
+        Report::Waited(waited) => metrics.waited(*waited),
         Report::Ended => metrics.request(protocol, "client_gone"),
     }
 }

@@ -108,6 +108,9 @@ impl JobHost<'_> {
             () = self.gateway.sleeper().sleep(wait) => self.due(job).await,
             () = self.waker.notified() => {}
         }
+        // A job's wait is spent here, durably, not in the loop's `wait`: what it lasted.
+        let waited = self.gateway.clock().now().duration_since(now).unwrap_or_default();
+        self.gateway.metrics.waited(waited);
     }
 
     /// A waiting job's wait is over: it is pending again. Fenced: a manual action since the
@@ -333,8 +336,8 @@ impl Host for JobHost<'_> {
 
     fn report(&self, report: Report<'_>) {
         // A job that ends without a decision was taken over or stopped by hand: no request
-        // outcome to count.
-        if matches!(report, Report::Ended) {
+        // outcome to count. Its waits are counted where they are spent (`wait_for_deadline`).
+        if matches!(report, Report::Ended | Report::Waited(_)) {
             return;
         }
         let protocol = self.job().map_or("-", |j| j.protocol.as_str());

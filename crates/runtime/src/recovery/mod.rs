@@ -164,6 +164,9 @@ pub enum Report<'a> {
     /// A candidate resting in the shared health ledger was passed over, waited for or
     /// stopped at, without an attempt (S2).
     Rested(&'a Decision),
+    /// A wait (a retry's or a rest's) ended after this long: what was waited, not what was
+    /// planned (a rest may end early when a probe reports).
+    Waited(Duration),
     /// Whoever waited went away.
     Ended,
 }
@@ -416,7 +419,7 @@ async fn after_failure<H: Host>(
         },
         _ => Early::Never,
     };
-    carry_out(host, failed, decision, attempt, class, early).await
+    carry_out(host, engine.clock(), failed, decision, attempt, class, early).await
 }
 
 /// What ends a wait before it runs out.
@@ -443,6 +446,7 @@ pub(super) enum Early<'a> {
 /// Carries out a committed decision; a wait ends early as `early` says.
 async fn carry_out<H: Host>(
     host: &mut H,
+    clock: &dyn Clock,
     failed: Failed<H::Detail>,
     decision: Decision,
     attempt: u32,
@@ -450,7 +454,13 @@ async fn carry_out<H: Host>(
     early: Early<'_>,
 ) -> Next<H::Stopped> {
     let flow = match decision.action {
-        Action::Retry(wait) => wait_out(host, &failed, wait, attempt, early).await,
+        Action::Retry(wait) => {
+            let started = clock.now();
+            let flow = wait_out(host, &failed, wait, attempt, early).await;
+            let waited = clock.now().duration_since(started).unwrap_or_default();
+            host.report(Report::Waited(waited));
+            flow
+        }
         Action::Fallback { candidate, .. } => host.fall_back(&failed, candidate, attempt).await,
         Action::Stop(diagnostics) => {
             return Next::Stopped(host.stop(failed, diagnostics, attempt).await);

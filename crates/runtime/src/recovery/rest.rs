@@ -212,7 +212,8 @@ pub(super) async fn consult<H: Host>(
     let class = decision.class();
     // The attempt in hand was not sent: the host counts those that were.
     let sent = attempt.saturating_sub(1);
-    match carry_out(host, failed, decision, sent, class, Early::Change(changes)).await {
+    let early = Early::Change(changes);
+    match carry_out(host, engine.clock(), failed, decision, sent, class, early).await {
         Next::Attempt(_) => Consulted::Again,
         Next::Stopped(stopped) => Consulted::Stopped(stopped),
         Next::Ended => Consulted::Ended,
