@@ -38,7 +38,7 @@ impl Gateway {
                 metrics.health_state(&candidate.id, HealthState::Closed.as_str());
             }
             let gauges = Arc::clone(&metrics);
-            let health = SharedHealth::new(settings).with_observer(Box::new(move |change| {
+            let health = SharedHealth::new(settings).with_observer(Box::new(move |change, _| {
                 gauges.health_state(&change.candidate, change.to.as_str());
             }));
             engine = engine.with_health(Arc::new(health));
