@@ -371,6 +371,8 @@ fn client() -> Arc<HttpClient> {
         HttpClient::new(Timeouts {
             connect: Duration::from_secs(5),
             first_byte: Duration::from_secs(120),
+            stream_first_byte: Duration::from_secs(120),
+            first_content: Duration::from_secs(120),
             idle: Duration::from_secs(120),
         })
         .unwrap(),
