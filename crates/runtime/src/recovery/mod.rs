@@ -80,6 +80,11 @@ impl Engine {
         self.clock.as_ref()
     }
 
+    /// The clock, for a thread of its own.
+    pub fn shared_clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     /// The one way to wait.
     pub fn sleeper(&self) -> &dyn Sleeper {
         self.sleeper.as_ref()
