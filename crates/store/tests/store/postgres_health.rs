@@ -1,6 +1,7 @@
 //! The shared health table on a real server (X3, S1): a deadline only ever extends
 //! (`GREATEST`), a deadline one instance writes reaches another's listening connection as a
-//! notification, and an instance starting later reads the deadlines still running. Run by
+//! notification, an instance starting later reads the deadlines still running, and a broken
+//! listening connection is an error after which listening again works. Run by
 //! `.ci/run` like the other PostgreSQL tests; without a server they fail.
 
 use std::time::{Duration, Instant, SystemTime};
@@ -126,5 +127,34 @@ fn postgres_health_a_starting_instance_reads_the_deadlines_still_running() {
             .unwrap()
             .as_millis(),
         u128::try_from(until_ms).unwrap()
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL: run by .ci/run with --ignored"]
+fn postgres_health_a_broken_listening_connection_is_an_error_and_listening_again_works() {
+    let db = Database::new();
+    let a = db.instance(LIVE);
+    let b = db.instance(LIVE);
+    let mut listener = b.listen_health().unwrap();
+    // The server ends the listening session (as a restart or a failover does).
+    let ended: i64 = db
+        .client()
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND query LIKE 'LISTEN %') t",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, 1);
+    let broken = listener.wait(Duration::from_secs(5));
+    assert!(broken.is_err(), "{broken:?}");
+    // Listening again hears the next deadline.
+    let mut again = b.listen_health().unwrap();
+    assert!(a.publish_deadline(&deadline("c", at(90_000), "x")).unwrap());
+    assert_eq!(
+        again.wait(Duration::from_secs(5)).unwrap(),
+        vec!["c".to_owned()]
     );
 }
