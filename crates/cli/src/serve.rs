@@ -119,7 +119,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     // Opened before the async runtime starts, and released and dropped after it ends: the
     // PostgreSQL client blocks on its own connections, which it must never do on the async
     // thread.
-    let (store, store_name) = open_store(&config)?;
+    let (store, shared, store_name) = open_store(&config)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -150,6 +150,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         let gateway = Gateway::new(config, client, Arc::new(catalogue))
             .with_jobs(jobs_store)
             .with_runs(Arc::new(run_store));
+        // On a shared store, the health ledger is shared too (X3): listening before serving.
+        if let Some(shared) = shared {
+            rebound_gateway::peers::share(&gateway, shared).await;
+        }
         let server = Server::start(gateway, None)
             .await
             .map_err(|e| bad_input(format!("cannot listen: {e}")))?;
@@ -200,9 +204,13 @@ async fn stopped() -> Result<()> {
     }
 }
 
+/// A store as opened: the jobs' store, the same again when it is PostgreSQL (for the shared
+/// health ledger), and how the banner names it.
+type Opened = (Arc<dyn JobStore>, Option<Arc<PostgresStore>>, String);
+
 /// The durable jobs store the configuration names, opened (and migrated), and how the banner
 /// names it: the SQLite file, or the PostgreSQL URL (which holds no password).
-fn open_store(config: &Config) -> Result<(Arc<dyn JobStore>, String)> {
+fn open_store(config: &Config) -> Result<Opened> {
     match &config.shared_store {
         Some(shared) => {
             let store = PostgresStore::connect(PostgresOptions {
@@ -215,13 +223,14 @@ fn open_store(config: &Config) -> Result<(Arc<dyn JobStore>, String)> {
             })
             .map_err(|e| bad_input(format!("durable jobs at {}: {e}", shared.url)))?;
             let name = format!("{}, instance {}", shared.url, store.owner());
-            Ok((Arc::new(store), name))
+            let store = Arc::new(store);
+            Ok((Arc::clone(&store) as Arc<dyn JobStore>, Some(store), name))
         }
         None => {
             let path = &config.store_path;
             let store = SqliteStore::open(path)
                 .map_err(|e| bad_input(format!("durable jobs at {}: {e}", path.display())))?;
-            Ok((Arc::new(store), path.display().to_string()))
+            Ok((Arc::new(store), None, path.display().to_string()))
         }
     }
 }

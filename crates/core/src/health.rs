@@ -154,6 +154,26 @@ pub struct Change {
     pub to: HealthState,
     /// The deadline after, if resting.
     pub until: Option<SystemTime>,
+    /// Whether another instance's deadline made it ([`Health::learn`]) rather than this
+    /// ledger's own events: a learned change is not published again.
+    pub learned: bool,
+}
+
+/// A deadline another instance set, as the shared ledger passes it on (X3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Learned {
+    /// [`HealthState::Cooling`] (a server's reset hint) or [`HealthState::Open`] (a circuit).
+    pub state: HealthState,
+    /// The deadline.
+    pub until: SystemTime,
+    /// The scope of the failure that set it.
+    pub scope: Option<Scope>,
+    /// The class of the failure that set it.
+    pub class: Option<Class>,
+    /// The code of the failure that set it.
+    pub code: Option<String>,
+    /// The rule that classified it.
+    pub rule_id: Option<String>,
 }
 
 /// The ledger: one entry per candidate id.
@@ -239,6 +259,7 @@ impl Health {
                         from,
                         to: HealthState::Probing,
                         until: None,
+                        learned: false,
                     };
                     (Gate::Probe, Some(change))
                 }
@@ -265,6 +286,7 @@ impl Health {
             from: HealthState::Probing,
             to: HealthState::Open,
             until: entry.until,
+            learned: false,
         })
     }
 
@@ -290,6 +312,43 @@ impl Health {
             from,
             to: HealthState::Closed,
             until: None,
+            learned: false,
+        })
+    }
+
+    /// A deadline another instance set for `candidate` (X3). It only ever extends: a deadline
+    /// that passed, or one no later than this ledger's own, changes nothing. A resting or
+    /// closed entry takes the deadline, its state and its failure's details; a probe in flight
+    /// here is no longer the one probe (the entry rests again), but its report still counts:
+    /// a success closes the entry, a failure re-opens it. The circuit's counts are left as
+    /// they are: they are this instance's own evidence.
+    pub fn learn(&mut self, candidate: &str, learned: &Learned, now: SystemTime) -> Option<Change> {
+        if learned.until <= now
+            || !matches!(learned.state, HealthState::Cooling | HealthState::Open)
+        {
+            return None;
+        }
+        let entry = self
+            .entries
+            .entry(candidate.to_owned())
+            .or_insert_with(Entry::closed);
+        if entry.until.is_some_and(|u| u >= learned.until) && entry.state != HealthState::Closed {
+            return None;
+        }
+        let from = entry.state;
+        entry.state = learned.state;
+        entry.until = Some(learned.until);
+        entry.scope = learned.scope;
+        entry.class = learned.class;
+        entry.code.clone_from(&learned.code);
+        entry.rule_id.clone_from(&learned.rule_id);
+        entry.probe_started = None;
+        Some(Change {
+            candidate: candidate.to_owned(),
+            from,
+            to: entry.state,
+            until: entry.until,
+            learned: true,
         })
     }
 
@@ -368,6 +427,7 @@ impl Health {
             from,
             to: entry.state,
             until: entry.until,
+            learned: false,
         })
     }
 }

@@ -82,7 +82,7 @@ pub use classification::{
     Class, Classification, Code, Confidence, Scope, UnclassifiedReason, Verdict,
 };
 pub use evidence::{Evidence, Headers, Phase, TransportKind};
-pub use health::{Change, Entry, Gate, Health, HealthSettings, HealthState};
+pub use health::{Change, Entry, Gate, Health, HealthSettings, HealthState, Learned};
 pub use hint::{Hint, HintSource};
 pub use policy::{Caller, ClassPolicy, Exhausted, Limit, Policy, ResetWait, RetryPolicy};
 pub use status::{Diagnostics, RetryStatus, StopReason, WaitKind};

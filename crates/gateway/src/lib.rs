@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod models;
 pub mod observe;
 mod passthrough;
+pub mod peers;
 mod reply;
 pub mod responses;
 mod router;

@@ -11,6 +11,7 @@ use rebound_runtime::{Clock, Engine, HttpClient, SharedHealth, Sleeper};
 use crate::config::Config;
 use crate::jobs::ledger::Jobs;
 use crate::metrics::Metrics;
+use crate::peers::Outbox;
 use crate::responses::Homes;
 use crate::runs::ledger::Runs;
 
@@ -24,6 +25,8 @@ pub struct Gateway {
     pub(crate) runs: Option<Runs>,
     /// Which candidate made each response id of the Responses API rebound relayed.
     pub(crate) responses: Homes,
+    /// Where this instance's deadlines go for the other instances, once shared (X3).
+    pub(crate) outbox: Arc<Outbox>,
 }
 
 impl Gateway {
@@ -32,15 +35,19 @@ impl Gateway {
     pub fn new(config: Config, client: HttpClient, catalogue: Arc<Catalogue>) -> Self {
         let metrics = Arc::new(Metrics::default());
         let mut engine = Engine::new(catalogue);
+        let outbox = Arc::new(Outbox::default());
         if let Some(settings) = config.health.clone() {
             // Every configured candidate starts closed, so each has its gauges from the start.
             for candidate in config.routes.iter().flat_map(|r| r.candidates.iter()) {
                 metrics.health_state(&candidate.id, HealthState::Closed.as_str());
             }
             let gauges = Arc::clone(&metrics);
-            let health = SharedHealth::new(settings).with_observer(Box::new(move |change| {
-                gauges.health_state(&change.candidate, change.to.as_str());
-            }));
+            let peers = Arc::clone(&outbox);
+            let health =
+                SharedHealth::new(settings).with_observer(Box::new(move |change, entry| {
+                    gauges.health_state(&change.candidate, change.to.as_str());
+                    peers.post(change, entry);
+                }));
             engine = engine.with_health(Arc::new(health));
         }
         Gateway {
@@ -51,6 +58,7 @@ impl Gateway {
             jobs: None,
             runs: None,
             responses: Homes::default(),
+            outbox,
         }
     }
 

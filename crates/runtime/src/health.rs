@@ -9,14 +9,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rebound_core::{Change, Classification, Entry, Gate, Health, HealthSettings, HealthState};
+use rebound_core::{
+    Change, Classification, Entry, Gate, Health, HealthSettings, HealthState, Learned,
+};
 use tokio::sync::watch;
 
 /// The target of the ledger's log events: one per state change.
 pub const LOG_TARGET: &str = "rebound::health";
 
-/// Called with every state change, for gauges.
-pub type Observer = Box<dyn Fn(&Change) + Send + Sync>;
+/// Called with every state change and the entry after it, for gauges and for passing this
+/// instance's deadlines on to the others (X3). It runs under the ledger's lock: it must not
+/// block.
+pub type Observer = Box<dyn Fn(&Change, Option<&Entry>) + Send + Sync>;
 
 /// One process's health ledger.
 pub struct SharedHealth {
@@ -90,6 +94,15 @@ impl SharedHealth {
         self.changed(&ledger, change);
     }
 
+    /// A deadline another instance set for `candidate` (X3): it rests the candidate here as
+    /// well, and wakes whoever rests behind it; it only ever extends a deadline. The change
+    /// reaches the observer marked as learned.
+    pub fn learn(&self, candidate: &str, learned: &Learned, now: SystemTime) {
+        let mut ledger = self.lock();
+        let change = ledger.learn(candidate, learned, now);
+        self.changed(&ledger, change);
+    }
+
     /// A probe of `candidate` that will never report: the next caller probes.
     pub fn abandoned(&self, candidate: &str, now: SystemTime) {
         if self.resting.load(Ordering::Acquire) == 0 {
@@ -152,7 +165,7 @@ impl SharedHealth {
         let entry = ledger.entry(&change.candidate);
         log(&change, entry);
         if let Some(observer) = &self.observer {
-            observer(&change);
+            observer(&change, entry);
         }
         self.changes
             .send_modify(|version| *version = version.wrapping_add(1));
@@ -173,6 +186,7 @@ fn log(change: &Change, entry: Option<&Entry>) {
         candidate = %change.candidate,
         from = %change.from.as_str(),
         to = %change.to.as_str(),
+        learned = change.learned,
         until_ms = change.until.map(unix_ms),
         class = entry.and_then(|e| e.class).map(|c| tracing::field::display(c.as_str())),
         code = entry.and_then(|e| e.code.as_deref()).map(tracing::field::display),
@@ -225,5 +239,42 @@ mod tests {
         assert!(changes.has_changed().unwrap());
         assert_eq!(health.state("a"), HealthState::Closed);
         assert_eq!(health.resting.load(std::sync::atomic::Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_learned_deadline_leaves_the_fast_path_wakes_resters_and_reaches_the_observer_as_learned() {
+        // X3: a deadline from another instance gates here as its own would.
+        use std::sync::{Arc, Mutex};
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let health = SharedHealth::new(HealthSettings::default()).with_observer(Box::new(
+            move |change, entry| {
+                let code = entry.and_then(|e| e.code.clone());
+                log.lock().unwrap().push((change.learned, code));
+            },
+        ));
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1000);
+        let mut changes = health.subscribe();
+        let learned = rebound_core::Learned {
+            state: HealthState::Cooling,
+            until: now + Duration::from_secs(5),
+            scope: Some(Scope::Account),
+            class: Some(Class::RateLimit),
+            code: Some("rate_limited".into()),
+            rule_id: None,
+        };
+        health.learn("a", &learned, now);
+        assert!(changes.has_changed().unwrap());
+        assert!(!health.may_serve("a", now));
+        assert!(matches!(health.gate("a", now), Gate::Rest { .. }));
+        // The same deadline again is no change: nothing to wake, nothing to observe.
+        changes.mark_unchanged();
+        health.learn("a", &learned, now);
+        assert!(!changes.has_changed().unwrap());
+        health.failed("b", &rate_limited(2), now);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![(true, Some("rate_limited".to_owned())), (false, None)]
+        );
     }
 }

@@ -14,7 +14,8 @@
 //! - [`runs`]: durable agent runs, their own record, interface, restart rule and tables in
 //!   the same file.
 //! - [`postgres`](mod@postgres): the shared implementation: one PostgreSQL database for
-//!   several gateway instances, each holding the jobs it drives with a lease (X1, X2).
+//!   several gateway instances, each holding the jobs it drives with a lease (X1, X2), and
+//!   the shared health ledger's deadlines they pass to each other (X3).
 //!
 //! ## What it must never do
 //! Change a job except through [`JobStore::transition`], which is fenced by the job's
@@ -37,6 +38,7 @@ pub mod sqlite;
 pub use model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
+pub use postgres::health::{HealthListener, SharedDeadline};
 pub use postgres::{PostgresOptions, PostgresStore};
 pub use reconcile::{DueJob, Reconciliation, reconcile};
 pub use sqlite::SqliteStore;

@@ -11,6 +11,7 @@ mod chaos;
 mod classify;
 mod jobs;
 mod postgres;
+mod postgres_health;
 mod runs;
 mod serve;
 

@@ -23,14 +23,14 @@ use crate::jobs::{JOB, Proc, attempts, get, poll, post, start, wait_for};
 const LEASE_MS: u64 = 2000;
 
 /// A database of one test's own, dropped with it.
-struct Database {
+pub(crate) struct Database {
     admin: postgres::Config,
-    name: String,
-    url: String,
+    pub(crate) name: String,
+    pub(crate) url: String,
 }
 
 impl Database {
-    fn new() -> Database {
+    pub(crate) fn new() -> Database {
         let admin_url = std::env::var("REBOUND_TEST_POSTGRES").expect(
             "REBOUND_TEST_POSTGRES is not set: the PostgreSQL tests need a server (.ci/run starts one)",
         );
@@ -53,6 +53,15 @@ impl Database {
     }
 }
 
+impl Database {
+    /// A plain connection to the test's database.
+    pub(crate) fn client(&self) -> postgres::Client {
+        let mut config = self.admin.clone();
+        config.dbname(&self.name);
+        config.connect(NoTls).unwrap()
+    }
+}
+
 impl Drop for Database {
     fn drop(&mut self) {
         if let Ok(mut client) = self.admin.connect(NoTls) {
@@ -70,7 +79,7 @@ fn fastrand_u64() -> u64 {
     RandomState::new().hash_one(std::process::id())
 }
 
-fn chaos(script: &str) -> Proc {
+pub(crate) fn chaos(script: &str) -> Proc {
     start(
         &[
             "chaos",

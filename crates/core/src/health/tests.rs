@@ -235,3 +235,123 @@ fn an_abandoned_probe_lets_the_next_caller_probe_at_once() {
     assert_eq!(h.abandoned("c", t(3)), None);
     assert!(matches!(h.gate("c", t(3)).0, Gate::Rest { until, .. } if until == t(9)));
 }
+
+fn remote(state: HealthState, until: SystemTime) -> Learned {
+    Learned {
+        state,
+        until,
+        scope: Some(Scope::Account),
+        class: Some(Class::RateLimit),
+        code: Some("rate_limited".into()),
+        rule_id: Some("remote.rule".into()),
+    }
+}
+
+#[test]
+fn a_learned_deadline_rests_a_closed_candidate_as_a_learned_change() {
+    // X3: another instance's cooldown rests this one's candidate, with its details.
+    let mut h = ledger();
+    let change = h.learn("a", &remote(HealthState::Cooling, t(30)), t(0));
+    assert_eq!(
+        change,
+        Some(Change {
+            candidate: "a".into(),
+            from: HealthState::Closed,
+            to: HealthState::Cooling,
+            until: Some(t(30)),
+            learned: true,
+        })
+    );
+    assert_eq!(
+        h.gate("a", t(10)).0,
+        Gate::Rest {
+            until: t(30),
+            class: Class::RateLimit,
+            behind_probe: false,
+        }
+    );
+    let entry = h.entry("a").unwrap();
+    assert_eq!(entry.code.as_deref(), Some("rate_limited"));
+    assert_eq!(entry.scope, Some(Scope::Account));
+    // Its own failures are never learned changes.
+    let own = h.failed("b", &failure(Class::RateLimit, Some(2)), t(0));
+    assert!(!own.unwrap().learned);
+}
+
+#[test]
+fn a_nearer_learned_deadline_never_shortens_a_farther_local_one() {
+    // X3, S1: GREATEST — a remote deadline only ever extends.
+    let mut h = ledger();
+    let _ = h.failed("a", &failure(Class::RateLimit, Some(60)), t(0));
+    assert_eq!(
+        h.learn("a", &remote(HealthState::Cooling, t(10)), t(1)),
+        None
+    );
+    assert_eq!(h.entry("a").unwrap().until, Some(t(60)));
+    assert_eq!(h.entry("a").unwrap().code.as_deref(), Some("test_code"));
+    // A farther one extends it.
+    let change = h
+        .learn("a", &remote(HealthState::Cooling, t(90)), t(1))
+        .unwrap();
+    assert_eq!(change.until, Some(t(90)));
+    assert!(matches!(h.gate("a", t(70)).0, Gate::Rest { until, .. } if until == t(90)));
+    // An equal one changes nothing.
+    assert_eq!(
+        h.learn("a", &remote(HealthState::Cooling, t(90)), t(2)),
+        None
+    );
+}
+
+#[test]
+fn a_deadline_that_passed_or_a_state_without_one_is_not_learned() {
+    let mut h = ledger();
+    assert_eq!(
+        h.learn("a", &remote(HealthState::Cooling, t(5)), t(5)),
+        None
+    );
+    assert_eq!(
+        h.learn("a", &remote(HealthState::Probing, t(50)), t(5)),
+        None
+    );
+    assert_eq!(
+        h.learn("a", &remote(HealthState::Closed, t(50)), t(5)),
+        None
+    );
+    assert_eq!(h.gate("a", t(5)).0, Gate::Pass);
+}
+
+#[test]
+fn a_learned_deadline_during_a_local_probe_rests_the_others_and_the_probe_still_reports() {
+    // S3 with X3: the probe in flight here keeps its report; no second probe starts while
+    // the learned deadline runs.
+    let mut h = ledger();
+    let _ = h.failed("a", &failure(Class::RateLimit, Some(2)), t(0));
+    assert_eq!(h.gate("a", t(3)).0, Gate::Probe);
+    let change = h
+        .learn("a", &remote(HealthState::Open, t(20)), t(3))
+        .unwrap();
+    assert_eq!(
+        (change.from, change.to),
+        (HealthState::Probing, HealthState::Open)
+    );
+    assert!(
+        matches!(h.gate("a", t(4)).0, Gate::Rest { until, behind_probe: false, .. } if until == t(20))
+    );
+    // The probe's success is fresher evidence than the deadline: it closes the entry.
+    assert_eq!(h.succeeded("a").map(|c| c.to), Some(HealthState::Closed));
+    assert_eq!(h.gate("a", t(5)).0, Gate::Pass);
+}
+
+#[test]
+fn a_learned_circuit_keeps_the_local_window_count() {
+    // A learned deadline is not this instance's evidence: its own next circuit still starts
+    // at the first window after the learned one ends in a successful probe.
+    let mut h = ledger();
+    let _ = h.learn("a", &remote(HealthState::Open, t(8)), t(0));
+    assert_eq!(h.gate("a", t(8)).0, Gate::Probe);
+    let _ = h.succeeded("a");
+    for _ in 0..3 {
+        let _ = h.failed("a", &failure(Class::Transient, None), t(10));
+    }
+    assert_eq!(h.entry("a").unwrap().until, Some(t(11)));
+}

@@ -109,7 +109,12 @@ impl JobHost<'_> {
             () = self.waker.notified() => {}
         }
         // A job's wait is spent here, durably, not in the loop's `wait`: what it lasted.
-        let waited = self.gateway.clock().now().duration_since(now).unwrap_or_default();
+        let waited = self
+            .gateway
+            .clock()
+            .now()
+            .duration_since(now)
+            .unwrap_or_default();
         self.gateway.metrics.waited(waited);
     }
 

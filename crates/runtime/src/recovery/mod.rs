@@ -80,6 +80,11 @@ impl Engine {
         self.clock.as_ref()
     }
 
+    /// The clock, for a thread of its own.
+    pub fn shared_clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock)
+    }
+
     /// The one way to wait.
     pub fn sleeper(&self) -> &dyn Sleeper {
         self.sleeper.as_ref()
@@ -419,7 +424,16 @@ async fn after_failure<H: Host>(
         },
         _ => Early::Never,
     };
-    carry_out(host, engine.clock(), failed, decision, attempt, class, early).await
+    carry_out(
+        host,
+        engine.clock(),
+        failed,
+        decision,
+        attempt,
+        class,
+        early,
+    )
+    .await
 }
 
 /// What ends a wait before it runs out.

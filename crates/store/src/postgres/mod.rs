@@ -27,6 +27,7 @@
 //! found on the retry as a stale generation, and the caller stops exactly as when another
 //! actor moved the job on.
 
+pub mod health;
 mod row;
 mod schema;
 mod tls;
@@ -90,6 +91,9 @@ type Manager = PostgresConnectionManager<MakeRustlsConnect>;
 /// Durable jobs in a PostgreSQL database shared by several instances.
 pub struct PostgresStore {
     pool: Pool<Manager>,
+    /// How to open a connection of its own (the health listener's).
+    config: postgres::Config,
+    tls: MakeRustlsConnect,
     owner: String,
     lease: Duration,
     /// The lease as PostgreSQL milliseconds, bound into the statements that take a hold.
@@ -165,7 +169,7 @@ impl PostgresStore {
             .map_err(|e| StoreError::Database(format!("cannot connect: {}", describe(&e))))?;
         schema::migrate(&mut first)?;
         drop(first);
-        let manager = PostgresConnectionManager::new(config, tls);
+        let manager = PostgresConnectionManager::new(config.clone(), tls.clone());
         let pool = Pool::builder()
             .max_size(options.pool_size.max(1))
             .min_idle(Some(1))
@@ -178,6 +182,8 @@ impl PostgresStore {
             .unwrap_or_else(|| format!("inst_{:016x}", fastrand::u64(..)));
         Ok(PostgresStore {
             pool,
+            config,
+            tls,
             owner,
             lease: options.lease,
             lease_ms: options.lease.as_secs_f64() * 1000.0,

@@ -2,8 +2,9 @@
 //!
 //! The same two tables as SQLite's (`jobs`, `attempts`), with the columns a shared store
 //! needs besides: who holds a job (`owner`) and until when (`lease_until`, on the database's
-//! clock). Migrations are applied by whichever instance starts first, under a transaction-level
-//! advisory lock, so instances starting together never apply one twice.
+//! clock); and the shared health ledger's deadlines (`health`). Migrations are applied by
+//! whichever instance starts first, under a transaction-level advisory lock, so instances
+//! starting together never apply one twice.
 
 use postgres::Client;
 
@@ -16,7 +17,7 @@ const MIGRATION_LOCK: i64 = 0x0072_6562_6f75_6e64;
 
 /// Schema migrations, applied in order; `rebound_schema` records those applied. A migration,
 /// once released, is never edited: databases at its version exist.
-const MIGRATIONS: [&str; 1] = [
+const MIGRATIONS: [&str; 2] = [
     // 1: jobs, their attempts, and their holders' leases.
     r"
 CREATE TABLE jobs (
@@ -56,6 +57,20 @@ CREATE TABLE attempts (
     catalogue_version TEXT,
     phase             TEXT,
     PRIMARY KEY (job_id, number)
+);
+",
+    // 2: the shared health ledger's deadlines (X3), one row per candidate or key id.
+    r"
+CREATE TABLE health (
+    candidate   TEXT PRIMARY KEY,
+    state       TEXT NOT NULL,
+    until_ms    BIGINT NOT NULL,
+    scope       TEXT,
+    class       TEXT,
+    code        TEXT,
+    rule_id     TEXT,
+    updated_by  TEXT NOT NULL,
+    updated_ms  BIGINT NOT NULL
 );
 ",
 ];

@@ -21,6 +21,7 @@ use rebound_store::{
 };
 
 mod postgres;
+mod postgres_health;
 
 /// `ms` milliseconds after the Unix epoch.
 fn at(ms: u64) -> SystemTime {

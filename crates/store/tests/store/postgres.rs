@@ -19,7 +19,7 @@ use rebound_store::{
 use super::{at, job};
 
 /// A database of one test's own on the CI server, dropped with it.
-struct Database {
+pub(crate) struct Database {
     admin: postgres::Config,
     name: String,
     url: String,
@@ -27,7 +27,7 @@ struct Database {
 }
 
 impl Database {
-    fn new() -> Database {
+    pub(crate) fn new() -> Database {
         let admin_url = std::env::var("REBOUND_TEST_POSTGRES").expect(
             "REBOUND_TEST_POSTGRES is not set: the PostgreSQL tests need a server (.ci/run starts one)",
         );
@@ -50,7 +50,7 @@ impl Database {
     }
 
     /// The store of an instance whose holds last `lease`.
-    fn instance(&self, lease: Duration) -> PostgresStore {
+    pub(crate) fn instance(&self, lease: Duration) -> PostgresStore {
         PostgresStore::connect(PostgresOptions {
             url: self.url.clone(),
             password: Some(self.password.clone()),
@@ -68,7 +68,7 @@ impl Database {
     }
 
     /// A plain connection to the test's database.
-    fn client(&self) -> postgres::Client {
+    pub(crate) fn client(&self) -> postgres::Client {
         let mut config = self.admin.clone();
         config.dbname(&self.name);
         config.connect(NoTls).unwrap()
@@ -86,7 +86,7 @@ impl Drop for Database {
     }
 }
 
-const LIVE: Duration = Duration::from_secs(60);
+pub(crate) const LIVE: Duration = Duration::from_secs(60);
 
 /// The CA that signed the test server's certificate.
 fn ca_file() -> Option<std::path::PathBuf> {
@@ -319,7 +319,7 @@ fn instances_starting_together_migrate_once() {
         .iter()
         .map(|r| r.get(0))
         .collect();
-    assert_eq!(versions, vec![1]);
+    assert_eq!(versions, vec![1, 2]);
     // A database newer than this rebound is refused, naming the versions.
     db.client()
         .batch_execute("INSERT INTO rebound_schema (version) VALUES (99)")
