@@ -13,6 +13,7 @@ use crate::jobs::ledger::Jobs;
 use crate::metrics::Metrics;
 use crate::responses::Homes;
 use crate::runs::ledger::Runs;
+use crate::status::Status;
 
 /// Everything a request needs, shared.
 pub struct Gateway {
@@ -24,6 +25,8 @@ pub struct Gateway {
     pub(crate) runs: Option<Runs>,
     /// Which candidate made each response id of the Responses API rebound relayed.
     pub(crate) responses: Homes,
+    /// What the status page shows beyond the health ledger and the jobs: waits, failures.
+    pub(crate) status: Arc<Status>,
 }
 
 impl Gateway {
@@ -51,6 +54,7 @@ impl Gateway {
             jobs: None,
             runs: None,
             responses: Homes::default(),
+            status: Arc::default(),
         }
     }
 

@@ -225,7 +225,7 @@ impl Host for PassHost {
 
     fn report(&self, report: Report<'_>) {
         crate::observe::count(
-            &self.gateway.metrics,
+            &self.gateway,
             self.request.caller.as_str(),
             |c| self.candidate_id(c),
             &report,
