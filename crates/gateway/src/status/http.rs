@@ -231,8 +231,10 @@ fn events(gateway: Arc<Gateway>) -> Response<Body> {
             {
                 return;
             }
-            gateway.sleeper().sleep(THROTTLE).await;
-            let tick = gateway.sleeper().sleep(TICK.saturating_sub(THROTTLE));
+            // The page's cadence is the watcher's wall clock, not the gateway's recovery
+            // time: a snapshot's contents are read at the gateway's `now`.
+            tokio::time::sleep(THROTTLE).await;
+            let tick = tokio::time::sleep(TICK.saturating_sub(THROTTLE));
             tokio::select! {
                 _ = tick => {}
                 _ = status.changed() => {}
