@@ -258,7 +258,18 @@ fn main() {
     }
     paths.push(("rebound serve", gateway));
     if wanted("saturation") {
-        saturation(&paths);
+        // A second gateway whose status page is open the whole time: its event stream sends a
+        // snapshot on every change (at most 4 a second) and each second (#20).
+        let (watched_proc, watched) = serve(chaos, &[]);
+        let watcher = watch_status_page(watched);
+        let mut with_page = paths.clone();
+        with_page.push(("rebound, page open", watched));
+        saturation(&with_page);
+        println!(
+            "  the status page's stream sent {} bytes meanwhile",
+            watcher.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        drop(watched_proc);
     }
     if wanted("latency") {
         latency(&runtime, &paths);
@@ -321,6 +332,28 @@ fn main() {
     drop(relay_proc);
     drop(gateway_proc);
     drop(chaos_proc);
+}
+
+/// Opens `gateway`'s status page event stream and reads it on a thread until the gateway
+/// goes; the bytes read so far.
+fn watch_status_page(gateway: SocketAddr) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    use std::io::{Read, Write};
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = std::sync::Arc::clone(&read);
+    let mut stream = std::net::TcpStream::connect(gateway).unwrap();
+    stream
+        .write_all(b"GET /v1/rebound/status/events HTTP/1.1\r\nhost: bench\r\n\r\n")
+        .unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            counted.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    read
 }
 
 fn saturation(paths: &[(&str, SocketAddr)]) {
