@@ -247,3 +247,122 @@ impl Drop for WaitGuard {
         self.status.changed();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    use rebound_core::{Action, Catalogue, Class, Evidence, Limit, Phase, RetryStatus, WaitKind};
+
+    use super::*;
+
+    fn decision(evidence: &Evidence, at: SystemTime) -> Decision {
+        let classification = Catalogue::shipped().unwrap().classify(evidence, at);
+        Decision {
+            candidate: 0,
+            attempt: 1,
+            classification,
+            action: Action::Fallback {
+                candidate: 1,
+                class: Class::Transient,
+            },
+            rested: false,
+        }
+    }
+
+    #[test]
+    fn the_failure_ring_keeps_the_newest_fifty_redacted() {
+        let status = Status::default();
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_050_800);
+        let key = "sk-proj-RingCanary0123456789abcdefghij";
+        for n in 0..(FAILURES_KEPT + 7) {
+            let evidence = Evidence {
+                phase: Phase::Setup,
+                status: Some(500),
+                body: Some(format!(
+                    "{{\"error\":{{\"message\":\"failure {n} with {key}\"}}}}"
+                )),
+                ..Evidence::default()
+            };
+            status.failed(at, "main", "oa", &evidence, &decision(&evidence, at));
+        }
+        let view = status.view(at);
+        let failures = view["failures"].as_array().unwrap();
+        assert_eq!(failures.len(), FAILURES_KEPT);
+        let newest = failures[0]["excerpt"].as_str().unwrap();
+        assert!(
+            newest.contains(&format!("failure {}", FAILURES_KEPT + 6)),
+            "{newest}"
+        );
+        assert!(!view.to_string().contains(key), "{view}");
+        // A rest sent nothing: not a failure to list.
+        let evidence = Evidence::default();
+        let mut rest = decision(&evidence, at);
+        rest.rested = true;
+        status.failed(at, "main", "oa", &evidence, &rest);
+        assert_eq!(
+            status.view(at)["failures"][0]["excerpt"],
+            failures[0]["excerpt"]
+        );
+    }
+
+    #[test]
+    fn a_wait_is_listed_while_its_guard_lives_and_counted_once() {
+        let status = Arc::new(Status::default());
+        let mut changes = status.subscribe();
+        let at = UNIX_EPOCH + Duration::from_secs(1_796_050_800);
+        let retry = RetryStatus::new(
+            Duration::from_millis(4_500),
+            at,
+            2,
+            Limit::Count(10),
+            WaitKind::Backoff,
+            Class::Transient,
+            None,
+        );
+        let guard = status.wait("main", "oa", &retry, 3);
+        assert!(changes.has_changed().unwrap());
+        changes.borrow_and_update();
+        let view = status.view(at + Duration::from_secs(1));
+        assert_eq!(view["waiting"][0]["remaining_ms"], 3_500);
+        assert_eq!(view["waiting"][0]["text"], "Retrying in 4s · attempt 2/10");
+        assert_eq!(view["waiting"][0]["attempt"], 3);
+        drop(guard);
+        assert!(changes.has_changed().unwrap());
+        let view = status.view(at);
+        assert_eq!(view["waiting"].as_array().unwrap().len(), 0);
+        // 4.5 s falls in the `≤ 5 s` bucket.
+        assert_eq!(view["wait_counts"][3], 1);
+        assert_eq!(
+            view["wait_counts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| *c != 0)
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn attempts_are_counted_per_minute_for_the_last_thirty() {
+        let status = Status::default();
+        let origin = UNIX_EPOCH + Duration::from_secs(1_796_050_800);
+        for minute in 0..40u64 {
+            let at = origin + Duration::from_secs(minute * 60);
+            status.attempted(at, "ok");
+            status.attempted(at + Duration::from_secs(59), "transient");
+        }
+        let view = status.view(origin);
+        let minutes = view["attempts_per_minute"].as_array().unwrap();
+        assert_eq!(minutes.len(), MINUTES_KEPT);
+        assert_eq!(
+            minutes[0]["minute_ms"],
+            (1_796_050_800_u64 + 10 * 60) * 1000
+        );
+        assert_eq!(
+            minutes[29]["counts"],
+            serde_json::json!({"ok": 1, "transient": 1})
+        );
+    }
+}
