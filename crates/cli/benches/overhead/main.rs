@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench -p rebound --bench overhead`, or name sections to run only those:
 //! `cargo bench -p rebound --bench overhead -- saturation latency cold idle`. `streams=N` sets how
-//! many idle streams are held open (2,000 by default).
+//! many idle streams are held open (2,000 by default). Saturation also measures a second
+//! gateway whose status page is open throughout; `page=closed` leaves it unwatched, as a control.
 //! A "tcp relay" row copies bytes with no HTTP work: the floor of one extra hop here.
 //! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
 //! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
@@ -260,15 +261,26 @@ fn main() {
     if wanted("saturation") {
         // A second gateway whose status page is open the whole time: its event stream sends a
         // snapshot on every change (at most 4 a second) and each second (#20).
+        // `page=closed` leaves it unwatched: the control, a second gateway in the same place.
         let (watched_proc, watched) = serve(chaos, &[]);
-        let watcher = watch_status_page(watched);
+        let open = !std::env::args().any(|a| a == "page=closed");
+        let watcher = open.then(|| watch_status_page(watched));
         let mut with_page = paths.clone();
-        with_page.push(("rebound, page open", watched));
+        with_page.push((
+            if open {
+                "rebound, page open"
+            } else {
+                "rebound, 2nd, closed"
+            },
+            watched,
+        ));
         saturation(&with_page);
-        println!(
-            "  the status page's stream sent {} bytes meanwhile",
-            watcher.load(std::sync::atomic::Ordering::Relaxed)
-        );
+        if let Some(watcher) = watcher {
+            println!(
+                "  the status page's stream sent {} bytes meanwhile",
+                watcher.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
         drop(watched_proc);
     }
     if wanted("latency") {
