@@ -24,6 +24,9 @@ pub(crate) struct DemoArgs {
     /// How many run at once.
     #[arg(long, default_value_t = 6)]
     concurrency: usize,
+    /// Keep the gateway (and its status page) up after the requests, until Ctrl-C.
+    #[arg(long)]
+    keep: bool,
 }
 
 /// The fault scripts the requests cycle through: what a bad day at a provider looks like.
@@ -113,6 +116,9 @@ candidates = ["chaos-openai", "chaos-anthropic"]
     say(&format!(
         "rebound demo: chaos upstream at {}, gateway at http://{addr} (OpenAI /v1/chat/completions, Anthropic /v1/messages)",
         chaos.addr()
+    ));
+    say(&format!(
+        "status page: http://{addr}/status (open it in a browser to watch)"
     ));
     say(&format!(
         "{} requests, {} at a time, streaming and not, both protocols\n",
@@ -209,6 +215,12 @@ candidates = ["chaos-openai", "chaos-anthropic"]
     say(
         "cut after content reached the client: rebound ends those with the provider's own error event.",
     );
+    if args.keep {
+        say(&format!(
+            "\nThe gateway stays up: its status page is at http://{addr}/status. Ctrl-C to stop."
+        ));
+        crate::serve::stopped().await?;
+    }
     server.shutdown().await;
     drop(chaos);
     Ok(())

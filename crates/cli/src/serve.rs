@@ -167,7 +167,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(
             out,
-            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n  agent runs          http://{addr}/v1/rebound/runs ({} resumed, {} need action)\n{connections}\n{}",
+            "rebound serve listening on {addr}\n  OpenAI base URL     http://{addr}/v1\n  Anthropic base URL  http://{addr}\n  status page         http://{addr}/status\n  metrics             http://{addr}/metrics\n  jobs                http://{addr}/v1/rebound/jobs ({} resumed, {} need action; {})\n  agent runs          http://{addr}/v1/rebound/runs ({} resumed, {} need action)\n{connections}\n{}",
             resumed.due.len(),
             resumed.action_required.len(),
             store_name,
@@ -195,7 +195,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM, the signal service managers and container
 /// runtimes stop a process with: either is a clean stop.
-async fn stopped() -> Result<()> {
+pub(crate) async fn stopped() -> Result<()> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("waiting for SIGTERM")?;
     tokio::select! {

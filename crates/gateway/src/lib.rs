@@ -53,6 +53,7 @@ pub mod runs;
 pub mod server;
 pub mod shape;
 pub mod state;
+mod status;
 
 pub use config::{
     Config, ConfigError, DEFAULT_CONFIG, Env, Overrides, ProcessEnv, load, load_with,

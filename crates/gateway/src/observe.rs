@@ -7,6 +7,7 @@ use rebound_core::{Action, StopReason};
 use rebound_runtime::Report;
 
 use crate::metrics::Metrics;
+use crate::state::Gateway;
 
 /// The target of the one log event of each client request.
 pub const REQUEST_TARGET: &str = "rebound::request";
@@ -66,11 +67,20 @@ pub(crate) fn answered<B>(
 /// Counts one report of a request of `protocol` (`openai`, `anthropic`); `candidate_id` names
 /// a route position.
 pub(crate) fn count<'a>(
-    metrics: &Metrics,
+    gateway: &Gateway,
     protocol: &str,
     candidate_id: impl Fn(usize) -> &'a str,
     report: &Report<'_>,
 ) {
+    let metrics = &gateway.metrics;
+    // The status page's attempts-per-minute chart: one bounded count per attempt's outcome.
+    match report {
+        Report::Succeeded { .. } => gateway.status.attempted(gateway.clock().now(), "ok"),
+        Report::Decided(decision) => gateway
+            .status
+            .attempted(gateway.clock().now(), decision.class()),
+        _ => {}
+    }
     match report {
         Report::Attempting { candidate, .. } => metrics.attempt(candidate_id(*candidate)),
         Report::Succeeded {

@@ -29,8 +29,11 @@ enum Surface {
     Models,
     PassThrough,
     Unserved,
-    /// rebound's own paths: `/`, `/healthz`, `/metrics`, policies, jobs; and refused keys.
+    /// rebound's own paths: `/healthz`, `/metrics`, policies, jobs; and refused keys.
     Rebound,
+    /// The status page, its assets, login, event stream and actions: they check the gateway
+    /// key themselves, taking it from the page's cookie too (G5).
+    Status,
 }
 
 impl Surface {
@@ -44,12 +47,15 @@ impl Surface {
             Surface::Models => "models",
             Surface::PassThrough => "passthrough",
             Surface::Unserved => "unserved",
-            Surface::Rebound => "rebound",
+            Surface::Rebound | Surface::Status => "rebound",
         }
     }
 
     /// The surface that serves `method` `path`.
     fn of(method: &Method, path: &str) -> Surface {
+        if crate::status::http::serves(method, path) {
+            return Surface::Status;
+        }
         match (method, path) {
             (&Method::POST, "/v1/chat/completions") => Surface::ChatCompletions,
             (&Method::POST, "/v1/responses") => Surface::Responses,
@@ -59,8 +65,7 @@ impl Surface {
             }
             (_, p) if p.starts_with("/v1/responses/") => Surface::StoredResponse,
             (&Method::GET, "/v1/models") => Surface::Models,
-            (&Method::GET | &Method::HEAD, "/")
-            | (
+            (
                 &Method::GET,
                 "/metrics" | "/healthz" | "/v1/rebound/policies" | "/v1/rebound/health",
             ) => Surface::Rebound,
@@ -85,7 +90,9 @@ pub(crate) async fn handle(
     let method = req.method().clone();
     let path = rebound_core::redact::redact(req.uri().path()).into_owned();
     let mut surface = Surface::of(&method, &path);
-    let response = if authorized(&gateway.config.gateway_keys, req.headers()) {
+    let response = if surface == Surface::Status {
+        crate::status::http::handle(Arc::clone(&gateway), req).await
+    } else if authorized(&gateway.config.gateway_keys, req.headers()) {
         let response = serve(&gateway, surface, req).await;
         if surface == Surface::PassThrough
             && response
@@ -146,6 +153,7 @@ async fn serve(gateway: &Arc<Gateway>, surface: Surface, req: Request<Incoming>)
             )
         }
         Surface::Rebound => rebound(gateway, req).await,
+        Surface::Status => crate::status::http::handle(gateway, req).await,
     }
 }
 
@@ -153,7 +161,6 @@ async fn serve(gateway: &Arc<Gateway>, surface: Surface, req: Request<Incoming>)
 async fn rebound(gateway: Arc<Gateway>, req: Request<Incoming>) -> Response<Body> {
     let protocol = caller::protocol(req.uri().path(), req.headers());
     match (req.method(), req.uri().path()) {
-        (&Method::GET | &Method::HEAD, "/") => full(StatusCode::OK, "text/plain", "rebound\n"),
         (&Method::GET, "/metrics") => full(
             StatusCode::OK,
             crate::metrics::CONTENT_TYPE,

@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::peers::Outbox;
 use crate::responses::Homes;
 use crate::runs::ledger::Runs;
+use crate::status::Status;
 
 /// Everything a request needs, shared.
 pub struct Gateway {
@@ -27,6 +28,8 @@ pub struct Gateway {
     pub(crate) responses: Homes,
     /// Where this instance's deadlines go for the other instances, once shared (X3).
     pub(crate) outbox: Arc<Outbox>,
+    /// What the status page shows beyond the health ledger and the jobs: waits, failures.
+    pub(crate) status: Arc<Status>,
 }
 
 impl Gateway {
@@ -59,6 +62,7 @@ impl Gateway {
             runs: None,
             responses: Homes::default(),
             outbox,
+            status: Arc::default(),
         }
     }
 

@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench -p rebound --bench overhead`, or name sections to run only those:
 //! `cargo bench -p rebound --bench overhead -- saturation latency cold idle`. `streams=N` sets how
-//! many idle streams are held open (2,000 by default).
+//! many idle streams are held open (2,000 by default). Saturation also measures a second
+//! gateway whose status page is open throughout; `page=closed` leaves it unwatched, as a control.
 //! A "tcp relay" row copies bytes with no HTTP work: the floor of one extra hop here.
 //! Load generators: saturation uses `wrk` (Debian: `apt-get install wrk`); the reference row
 //! needs nginx (`apt-get install nginx-light`). Fixed-rate latency and time to first token use
@@ -258,7 +259,29 @@ fn main() {
     }
     paths.push(("rebound serve", gateway));
     if wanted("saturation") {
-        saturation(&paths);
+        // A second gateway whose status page is open the whole time: its event stream sends a
+        // snapshot on every change (at most 4 a second) and each second (#20).
+        // `page=closed` leaves it unwatched: the control, a second gateway in the same place.
+        let (watched_proc, watched) = serve(chaos, &[]);
+        let open = !std::env::args().any(|a| a == "page=closed");
+        let watcher = open.then(|| watch_status_page(watched));
+        let mut with_page = paths.clone();
+        with_page.push((
+            if open {
+                "rebound, page open"
+            } else {
+                "rebound, 2nd, closed"
+            },
+            watched,
+        ));
+        saturation(&with_page);
+        if let Some(watcher) = watcher {
+            println!(
+                "  the status page's stream sent {} bytes meanwhile",
+                watcher.load(std::sync::atomic::Ordering::Relaxed)
+            );
+        }
+        drop(watched_proc);
     }
     if wanted("latency") {
         latency(&runtime, &paths);
@@ -321,6 +344,28 @@ fn main() {
     drop(relay_proc);
     drop(gateway_proc);
     drop(chaos_proc);
+}
+
+/// Opens `gateway`'s status page event stream and reads it on a thread until the gateway
+/// goes; the bytes read so far.
+fn watch_status_page(gateway: SocketAddr) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    use std::io::{Read, Write};
+    let read = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counted = std::sync::Arc::clone(&read);
+    let mut stream = std::net::TcpStream::connect(gateway).unwrap();
+    stream
+        .write_all(b"GET /v1/rebound/status/events HTTP/1.1\r\nhost: bench\r\n\r\n")
+        .unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            counted.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    read
 }
 
 fn saturation(paths: &[(&str, SocketAddr)]) {

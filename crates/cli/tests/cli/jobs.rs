@@ -26,8 +26,14 @@ impl Drop for Proc {
 /// Starts `rebound` with `args` and reads its banner up to the first line containing
 /// `until` (the first line when `until` is empty).
 pub(crate) fn start(args: &[&str], until: &str) -> Proc {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
-        .args(args)
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rebound"));
+    command.args(args);
+    start_command(command, until)
+}
+
+/// Starts `command` and reads its banner up to the first line containing `until`.
+pub(crate) fn start_command(mut command: Command, until: &str) -> Proc {
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -7,6 +7,7 @@
     reason = "test code fails loudly"
 )]
 
+mod browser;
 mod chaos;
 mod classify;
 mod jobs;

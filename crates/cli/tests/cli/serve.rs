@@ -63,6 +63,33 @@ fn the_demo_runs_offline_and_prints_its_table() {
     assert_eq!(numbers[4], 18, "{stdout}");
 }
 
+#[test]
+fn the_demo_keeps_its_gateway_and_status_page_up_with_keep() {
+    // #20: `--keep` prints the page's address and serves it after the table, until stopped.
+    let demo = crate::jobs::start(
+        &["demo", "--requests", "4", "--concurrency", "4", "--keep"],
+        "Ctrl-C to stop",
+    );
+    let url = demo
+        .2
+        .iter()
+        .find_map(|l| l.strip_prefix("status page: http://"))
+        .unwrap_or_else(|| panic!("no status page line: {:?}", demo.2));
+    let addr = url.split('/').next().unwrap();
+    assert!(
+        demo.2
+            .last()
+            .unwrap()
+            .contains(&format!("http://{addr}/status"))
+    );
+    let page = crate::http(
+        addr,
+        "GET /status HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("/status/page.js"), "{page}");
+}
+
 /// Starts `rebound` with `args`; its address (the banner's first line's last word) and stderr.
 fn start(args: &[&str]) -> (std::process::Child, String) {
     use std::io::BufRead;

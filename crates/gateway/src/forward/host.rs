@@ -74,6 +74,13 @@ impl LiveHost {
     /// once the wait passes a second (G3). `false` when the client went away.
     async fn countdown(&mut self, delay: Duration, status: &RetryStatus, attempts: u32) -> bool {
         let gateway = Arc::clone(&self.request.gateway);
+        // Listed on the status page while it lasts.
+        let _listed = gateway.status.wait(
+            &self.request.route.id,
+            self.candidate_id(self.candidate),
+            status,
+            attempts + 1,
+        );
         let mut remaining = delay;
         while !remaining.is_zero() {
             let step = remaining.min(Duration::from_secs(1));
@@ -145,7 +152,15 @@ impl Host for LiveHost {
     }
 
     /// A candidate passed over as resting (S2) is named in `x-rebound-skipped`.
-    async fn commit(&mut self, _failed: &FailedAttempt, decision: &Decision, _turn: &Turn) -> Flow {
+    async fn commit(&mut self, failed: &FailedAttempt, decision: &Decision, _turn: &Turn) -> Flow {
+        let gateway = &self.request.gateway;
+        gateway.status.failed(
+            gateway.clock().now(),
+            &self.request.route.id,
+            self.candidate_id(decision.candidate),
+            &failed.evidence,
+            decision,
+        );
         if decision.rested
             && matches!(decision.action, Action::Fallback { .. })
             && let Some(candidate) = self.candidate(decision.candidate).cloned()
@@ -190,7 +205,7 @@ impl Host for LiveHost {
 
     fn report(&self, report: Report<'_>) {
         crate::observe::count(
-            &self.request.gateway.metrics,
+            &self.request.gateway,
             self.request.api.protocol().as_str(),
             |c| self.candidate_id(c),
             &report,

@@ -290,6 +290,13 @@ impl Host for JobHost<'_> {
         let Some(job) = self.job.clone() else {
             return Flow::End;
         };
+        self.gateway.status.failed(
+            self.gateway.clock().now(),
+            &job.route_id,
+            self.candidate_id(decision.candidate),
+            &failed.evidence,
+            decision,
+        );
         let classification = &decision.classification;
         // A rest sent nothing: there is no attempt to finish (S2).
         let in_flight = std::mem::take(&mut self.in_flight);
@@ -346,12 +353,7 @@ impl Host for JobHost<'_> {
             return;
         }
         let protocol = self.job().map_or("-", |j| j.protocol.as_str());
-        crate::observe::count(
-            &self.gateway.metrics,
-            protocol,
-            |c| self.candidate_id(c),
-            &report,
-        );
+        crate::observe::count(self.gateway, protocol, |c| self.candidate_id(c), &report);
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use rebound_store::{AttemptOp, JobRecord, JobState, JobStore, StoreError};
 use serde_json::Value;
-use tokio::sync::{Notify, broadcast};
+use tokio::sync::{Notify, broadcast, watch};
 
 /// How many state changes a slow event follower may fall behind before it misses some.
 const EVENTS_BUFFERED: usize = 64;
@@ -20,6 +20,8 @@ pub struct Jobs {
     driving: Mutex<HashMap<String, usize>>,
     wakers: Mutex<HashMap<String, Arc<Notify>>>,
     events: Mutex<HashMap<String, broadcast::Sender<String>>>,
+    /// Bumped on every published change, for the status page.
+    changes: watch::Sender<u64>,
 }
 
 impl Jobs {
@@ -30,6 +32,7 @@ impl Jobs {
             driving: Mutex::default(),
             wakers: Mutex::default(),
             events: Mutex::default(),
+            changes: watch::channel(0).0,
         }
     }
 
@@ -95,10 +98,16 @@ impl Jobs {
     /// Tells whoever follows the job's events (`GET /v1/rebound/jobs/{id}/events`) its new
     /// state. Call it after every committed transition.
     pub(crate) fn publish(&self, job: &JobRecord) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
         let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = events.get(&job.id) {
             let _ = tx.send(super::view::summary(job, None).to_string());
         }
+    }
+
+    /// A receiver that sees every later published change of any job.
+    pub(crate) fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 
     /// Follows the job's published states from now on.

@@ -99,6 +99,23 @@ impl Host for PassHost {
             .map_or("-", |c| c.id.as_str())
     }
 
+    /// A failed attempt is kept for the status page; nothing else is on record.
+    async fn commit(
+        &mut self,
+        failed: &Failed<Self::Detail>,
+        decision: &rebound_runtime::Decision,
+        _turn: &Turn,
+    ) -> Flow {
+        self.gateway.status.failed(
+            self.gateway.clock().now(),
+            &self.route.id,
+            self.candidate_id(decision.candidate),
+            &failed.evidence,
+            decision,
+        );
+        Flow::Continue
+    }
+
     /// The candidates' policies for `rate_limit` and `transient`; any other failure is the
     /// upstream's answer to the request, ended with at once.
     fn new_turn(&self) -> Turn {
@@ -225,7 +242,7 @@ impl Host for PassHost {
 
     fn report(&self, report: Report<'_>) {
         crate::observe::count(
-            &self.gateway.metrics,
+            &self.gateway,
             self.request.caller.as_str(),
             |c| self.candidate_id(c),
             &report,

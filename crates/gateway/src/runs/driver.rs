@@ -444,12 +444,7 @@ impl Host for RunHost<'_> {
         if matches!(report, Report::Ended) {
             return;
         }
-        crate::observe::count(
-            &self.gateway.metrics,
-            "agent",
-            |c| self.candidate_id(c),
-            &report,
-        );
+        crate::observe::count(self.gateway, "agent", |c| self.candidate_id(c), &report);
     }
 }
 

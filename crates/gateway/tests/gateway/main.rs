@@ -24,6 +24,7 @@ mod runs;
 mod secrets;
 mod silence;
 mod soak;
+mod status;
 mod streams;
 mod tokens;
 
