@@ -66,6 +66,11 @@ impl SharedHealth {
         self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Whether every candidate is closed: then every gate passes, read with one atomic load.
+    pub fn all_closed(&self) -> bool {
+        self.resting.load(Ordering::Acquire) == 0
+    }
+
     /// Whether an attempt to `candidate` may start at `now` (S2, S3).
     pub fn gate(&self, candidate: &str, now: SystemTime) -> Gate {
         if self.resting.load(Ordering::Acquire) == 0 {

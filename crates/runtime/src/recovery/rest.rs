@@ -163,6 +163,16 @@ pub(super) async fn consult<H: Host>(
     let Some(health) = super::ledger(engine, host) else {
         return Consulted::Go(Slot::default());
     };
+    // The common case, every candidate serving: no lock, no subscription, no allocation for a
+    // candidate without a key pool.
+    if health.all_closed() {
+        let keys = host.keys(candidate);
+        let key = (keys > 1).then(|| (0, key_id(host.candidate_id(candidate), 0)));
+        if key.is_some() {
+            host.use_key(candidate, 0);
+        }
+        return Consulted::Go(Slot { probe: false, key });
+    }
     let now = engine.clock().now();
     // Taken before the gate, so that no change between the gate and the rest is missed.
     let changes = health.subscribe();
