@@ -153,6 +153,34 @@ check("openai-terminal", "context, ok", openai_exhausted, 1)
 check("anthropic-hard", "401, ok", anthropic_exhausted, 1)
 check("anthropic-cut", "cut-after-2-chunks, ok", anthropic_cut_mid_stream, 1)
 
+
+def openai_resting(h):
+    # The shared health ledger (S2): the first request's 503 says `retry-after: 7200`; after
+    # its own capped wait rebound gives up with the deadline. The next request, from an SDK at
+    # its default retries, is answered at once with no attempt, and the SDK does not retry
+    # (x-should-retry: false), yet learns when to come back (retry-after).
+    try:
+        oa.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+        raise AssertionError("no error")
+    except openai.InternalServerError as e:
+        assert e.status_code == 503, e
+    sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{gateway_port}/v1", api_key="sk-e2e")
+    started = time.time()
+    try:
+        sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+        raise AssertionError("no error")
+    except openai.InternalServerError as e:
+        assert e.status_code == 503, e
+        assert e.response.headers["x-should-retry"] == "false", e.response.headers
+        assert int(e.response.headers["retry-after"]) > 7000, e.response.headers
+        assert e.response.headers["x-rebound-attempts"] == "0", e.response.headers
+        assert e.response.json()["rebound"]["reason"] == "resting", e.response.json()
+    assert time.time() - started < 2, "the SDK retried a give-up"
+
+
+# Last: it leaves the embedded default's `openai` candidate cooling for two hours.
+check("openai-resting", "503+retry-after:7200, ok", openai_resting, 1)
+
 gateway.terminate()
 chaos.terminate()
 passed = sum(results)
