@@ -95,6 +95,28 @@ fn items() -> Vec<Item> {
         .collect()
 }
 
+/// The first 400 characters of a text, on one line.
+fn excerpt(body: &str) -> String {
+    let line: String = body.chars().take(400).collect();
+    line.replace('\n', "⏎")
+}
+
+/// A text counts once: the same error copied twice would weigh twice, and a held-out text
+/// with a twin outside the fifth would be measured on evidence a rule was written for.
+#[test]
+fn corpus_texts_are_distinct() {
+    let mut seen = std::collections::HashMap::new();
+    for item in items() {
+        let key: String = item.body.split_whitespace().collect::<Vec<_>>().join(" ");
+        if let Some(first) = seen.insert(key, item.source.clone()) {
+            panic!(
+                "the same text twice in the corpus: {first} and {}",
+                item.source
+            );
+        }
+    }
+}
+
 #[test]
 fn corpus_figures() {
     let (mut all, mut held_out) = (Figures::default(), Figures::default());
@@ -129,8 +151,21 @@ fn corpus_figures() {
             if class == Some(expected) && code.as_deref() == Some(item.code.as_str()) {
                 figures.exact += 1;
             } else {
+                // The text is shown for the misses a rule may be written for; a held-out miss
+                // is only counted below, so its text is never printed.
+                let text = if item.held_out {
+                    String::new()
+                } else {
+                    format!(
+                        "\n      status {:?}, provider {:?}, headers {:?}\n      {}",
+                        item.status,
+                        item.provider,
+                        item.headers,
+                        excerpt(&item.body)
+                    )
+                };
                 figures.misses.push(format!(
-                    "{}{}: expected {} {}, got {:?} {:?} (rule {:?})",
+                    "{}{}: expected {} {}, got {:?} {:?} (rule {:?}){text}",
                     item.source,
                     if item.held_out { " [held out]" } else { "" },
                     item.code,
