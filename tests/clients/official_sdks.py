@@ -2,7 +2,7 @@
 settings, printed as one JSON line: {"output": text} or {"error": class name, "status": code}.
 
 Usage (in the virtual environment of the client tests): official_sdks.py openai|anthropic
-GATEWAY_URL CHAOS_KEY
+GATEWAY_URL CHAOS_KEY [MODEL]
 """
 
 import json
@@ -12,16 +12,17 @@ import anthropic
 import openai
 
 which, gateway, key = sys.argv[1], sys.argv[2], sys.argv[3]
+model = sys.argv[4] if len(sys.argv) > 4 else "chaos-1"
 headers = {"x-chaos-key": key}
 hi = [{"role": "user", "content": "hi"}]
 try:
     if which == "openai":
         client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-clients-test")
-        answer = client.chat.completions.create(model="chaos-1", messages=hi, extra_headers=headers)
+        answer = client.chat.completions.create(model=model, messages=hi, extra_headers=headers)
         text = answer.choices[0].message.content
     else:
         client = anthropic.Anthropic(base_url=gateway, api_key="sk-ant-clients-test")
-        with client.messages.stream(model="chaos-1", max_tokens=64, messages=hi, extra_headers=headers) as s:
+        with client.messages.stream(model=model, max_tokens=64, messages=hi, extra_headers=headers) as s:
             text = "".join(s.text_stream)
     print(json.dumps({"output": text}))
 except (openai.APIStatusError, anthropic.APIStatusError) as e:

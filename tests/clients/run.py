@@ -10,6 +10,8 @@ that the client did not retry on top of rebound (G10, B5). rebound's budget here
 per class, so an always-failing upstream is asked exactly 3 times.
 
 Usage: python3 tests/clients/run.py [path/to/rebound]
+(`REBOUND_CLIENT_CHECKS=resting` runs only the checks against resting candidates, `clients` only
+the others.)
 Prints one line per check and closes with `N passed, M failed`; exits non-zero on failure.
 """
 
@@ -58,8 +60,9 @@ def wait_for(port):
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
-CHAOS_PORT, GATEWAY_PORT = free_port(), free_port()
+CHAOS_PORT, GATEWAY_PORT, RESTING_PORT = free_port(), free_port(), free_port()
 GATEWAY = f"http://127.0.0.1:{GATEWAY_PORT}"
+RESTING = f"http://127.0.0.1:{RESTING_PORT}"
 CONFIG = f"""
 listen = "127.0.0.1:{GATEWAY_PORT}"
 
@@ -100,6 +103,77 @@ candidates = ["openai", "anthropic"]
 [health]
 enabled = false
 """
+
+
+# A second gateway with the shared health ledger on (S1, S2): its candidates are made to rest
+# by one request each, then every client meets the rest. A rest's answer (429 or 503,
+# `retry-after`, `x-should-retry: false`) must stop each client with no attempt on the
+# provider: no nested retry across processes (G10). The circuit window is long enough for a
+# client to start inside it.
+RESTING_CONFIG = f"""
+listen = "127.0.0.1:{RESTING_PORT}"
+
+[policy]
+rate_limit = {{ retries = {BUDGET}, initial_ms = 100, cap_ms = 200, reset_wait_max_ms = 1000 }}
+transient = {{ retries = {BUDGET}, initial_ms = 100, cap_ms = 200 }}
+
+[health]
+window_ms = 120000
+window_cap_ms = 120000
+
+[[candidate]]
+id = "openai-quota"
+protocol = "openai"
+base_url = "http://127.0.0.1:{CHAOS_PORT}/v1"
+
+[[candidate]]
+id = "anthropic-quota"
+protocol = "anthropic"
+base_url = "http://127.0.0.1:{CHAOS_PORT}"
+
+[[candidate]]
+id = "openai-down"
+protocol = "openai"
+base_url = "http://127.0.0.1:{CHAOS_PORT}/v1"
+
+[[candidate]]
+id = "anthropic-down"
+protocol = "anthropic"
+base_url = "http://127.0.0.1:{CHAOS_PORT}"
+
+[[route]]
+id = "quota"
+models = ["chaos-quota"]
+candidates = ["openai-quota", "anthropic-quota"]
+
+[[route]]
+id = "down"
+models = ["chaos-down"]
+candidates = ["openai-down", "anthropic-down"]
+"""
+
+
+def rest(model, key, script):
+    """Requests through the resting gateway that leave both of a route's candidates resting: one
+    in each protocol, as the gateway sends a request to the candidates of its own protocol."""
+    statuses = []
+    for protocol, path, extra in [("anthropic", "/v1/messages", {"x-api-key": "sk-ant-clients-test",
+                                                                  "anthropic-version": "2023-06-01"}),
+                                  ("openai", "/v1/chat/completions", {"authorization": "Bearer sk-clients-test"})]:
+        chaos_post("/chaos/scripts", {f"{key}-{protocol}": script})
+        body = json.dumps({"model": model, "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}]})
+        request = urllib.request.Request(f"{RESTING}{path}", data=body.encode(), method="POST", headers={
+            "content-type": "application/json", "x-chaos-key": f"{key}-{protocol}", **extra})
+        try:
+            urllib.request.urlopen(request, timeout=30).read()
+            statuses.append(200)
+        except urllib.error.HTTPError as e:
+            statuses.append(e.code)
+    with urllib.request.urlopen(f"{RESTING}/v1/rebound/health", timeout=5) as r:
+        states = {c["id"]: c["state"] for c in json.load(r)["candidates"] if c["id"].endswith(model[5:])}
+    ok = 200 not in statuses and len(states) == 2 and all(state != "closed" for state in states.values())
+    results.append(ok)
+    print(f"{'ok  ' if ok else 'FAIL'} rest {model}: {statuses}, {states}", flush=True)
 
 
 def chaos_post(path, value):
@@ -151,9 +225,9 @@ def json_lines(text):
 
 # --- Claude Code: `claude -p` with stream-json output -------------------------------------------
 
-def claude_code(clients, key, settings=None, model="chaos-1"):
+def claude_code(clients, key, settings=None, model="chaos-1", gateway=GATEWAY):
     h = home("claude")
-    env = dict(base_env(h), ANTHROPIC_BASE_URL=GATEWAY, ANTHROPIC_API_KEY="sk-ant-clients-test",
+    env = dict(base_env(h), ANTHROPIC_BASE_URL=gateway, ANTHROPIC_API_KEY="sk-ant-clients-test",
                ANTHROPIC_CUSTOM_HEADERS=f"x-chaos-key: {key}",
                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1",
                DISABLE_AUTOUPDATER="1", DISABLE_ERROR_REPORTING="1", DISABLE_BUG_COMMAND="1",
@@ -179,12 +253,12 @@ def claude_failed(status):
 
 # --- Codex CLI: `codex exec --json` on a custom Responses provider -----------------------------
 
-def codex(clients, key, settings=""):
+def codex(clients, key, settings="", model="chaos-1", gateway=GATEWAY):
     h = home("codex")
     codex_home = os.path.join(h, ".codex")
     os.makedirs(codex_home)
     with open(os.path.join(codex_home, "config.toml"), "w") as f:
-        f.write(f"""model = "chaos-1"
+        f.write(f"""model = "{model}"
 model_provider = "rebound"
 check_for_update_on_startup = false
 
@@ -196,7 +270,7 @@ enabled = false
 
 [model_providers.rebound]
 name = "rebound"
-base_url = "{GATEWAY}/v1"
+base_url = "{gateway}/v1"
 env_key = "REBOUND_CLIENTS_KEY"
 wire_api = "responses"
 supports_websockets = false
@@ -254,9 +328,10 @@ def sdk_failed(status):
 
 # --- The official Python SDKs at their default retries (2) --------------------------------------
 
-def official_sdk(clients, which, key):
+def official_sdk(clients, which, key, gateway=GATEWAY, model=None):
     h = home(which)
-    code, out, err = run([clients.python, os.path.join(HERE, "official_sdks.py"), which, GATEWAY, key],
+    extra = [model] if model else []
+    code, out, err = run([clients.python, os.path.join(HERE, "official_sdks.py"), which, gateway, key, *extra],
                          base_env(h), h)
     lines = json_lines(out)
     if not lines:
@@ -298,12 +373,22 @@ def main():
     with open(config, "w") as f:
         f.write(CONFIG + agent_run.profile(clients.claude, CHAOS_PORT, agent_run.home(WORK), AGENT_RUN_KEY))
     gateway = start(["serve", "--config", config], "serve")
+    resting_config = os.path.join(WORK, "resting.toml")
+    with open(resting_config, "w") as f:
+        f.write(RESTING_CONFIG)
+    resting = start(["serve", "--config", resting_config], "serve-resting")
     try:
         wait_for(CHAOS_PORT)
         wait_for(GATEWAY_PORT)
-        all_checks(clients)
+        wait_for(RESTING_PORT)
+        only = os.environ.get("REBOUND_CLIENT_CHECKS")
+        if only in (None, "", "clients"):
+            all_checks(clients)
+        if only in (None, "", "resting"):
+            resting_checks(clients)
     finally:
         gateway.terminate()
+        resting.terminate()
         chaos.terminate()
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
@@ -363,6 +448,32 @@ def all_checks(clients):
     check("openai-python exhausted 502", oa, many("502"), sdk_failed(502), BUDGET + 1)
     check("anthropic-python exhausted 529", an, many("529"), sdk_failed(529), BUDGET + 1)
     check("anthropic-python exhausted 503", an, many("503"), sdk_failed(503), BUDGET + 1)
+
+
+
+def resting_checks(clients):
+    # A quota wall reported with a reset 10 minutes away, on both candidates: each client's
+    # request is answered at once, 429 with the time left, and none sends anything upstream
+    # ("ok" is scripted, so an attempt would show as a success and a count).
+    rest("chaos-quota", "rest-quota-seed", "429+retry-after:600")
+    quota = dict(model="chaos-quota", gateway=RESTING)
+    check("claude-code resting 429", lambda key: claude_code(clients, key, **quota), "ok", claude_failed(429), 0)
+    # Codex with the README's settings; at its defaults it sleeps out the `retry-after` (600 s)
+    # before its own retry (measured: one request, then nothing for 120 s).
+    check("codex resting 429", lambda key: codex(clients, key, CODEX_SETTINGS, **quota), "ok", codex_failed(429), 0)
+    check("openai-python resting 429", lambda key: official_sdk(clients, "openai", key, RESTING, "chaos-quota"),
+          "ok", sdk_failed(429), 0)
+    check("anthropic-python resting 429", lambda key: official_sdk(clients, "anthropic", key, RESTING, "chaos-quota"),
+          "ok", sdk_failed(429), 0)
+    # Both circuits open after three 503s each: 503, `retry-after` up to the window's end.
+    rest("chaos-down", "rest-down-seed", many("503", 3))
+    down = dict(model="chaos-down", gateway=RESTING)
+    check("claude-code resting 503", lambda key: claude_code(clients, key, **down), "ok", claude_failed(503), 0)
+    check("openai-python resting 503", lambda key: official_sdk(clients, "openai", key, RESTING, "chaos-down"),
+          "ok", sdk_failed(503), 0)
+    # At its defaults Codex waits out a 503's `retry-after` (the window's end) and asks again:
+    # then the window's one probe is sent, and the answer is Codex's.
+    check("codex resting 503", lambda key: codex(clients, key, CODEX_SETTINGS, **down), "ok", codex_failed(503), 0)
 
 
 if __name__ == "__main__":
