@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 20] = [
+const SHIPPED: [(&str, &str); 22] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -76,6 +76,14 @@ const SHIPPED: [(&str, &str); 20] = [
     (
         "rules/moonshot.toml",
         include_str!("../../../../catalogue/rules/moonshot.toml"),
+    ),
+    (
+        "rules/zhipu.toml",
+        include_str!("../../../../catalogue/rules/zhipu.toml"),
+    ),
+    (
+        "rules/n8n.toml",
+        include_str!("../../../../catalogue/rules/n8n.toml"),
     ),
     (
         "rules/ollama.toml",
