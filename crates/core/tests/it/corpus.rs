@@ -49,6 +49,8 @@ struct Figures {
     retryable_right: usize,
     unsafe_retryable: usize,
     unclassified: usize,
+    /// Retryable items missed because no rule decided them: they fail closed.
+    retryable_unclassified: usize,
     exact: usize,
     misses: Vec<String>,
 }
@@ -62,11 +64,12 @@ impl Figures {
             self.retryable_right as f64 / self.retryable as f64
         };
         println!(
-            "{name}: {} items; retryable recall {:.3} ({}/{}); non-retryable classified retryable {}; unclassified {}; code and class exact {}/{}",
+            "{name}: {} items; retryable recall {:.3} ({}/{}, {} of the misses unclassified); non-retryable classified retryable {}; unclassified {}; code and class exact {}/{}",
             self.items,
             recall,
             self.retryable_right,
             self.retryable,
+            self.retryable_unclassified,
             self.unsafe_retryable,
             self.unclassified,
             self.exact,
@@ -162,6 +165,7 @@ fn corpus_figures() {
             if is_retryable(Some(expected)) {
                 figures.retryable += 1;
                 figures.retryable_right += usize::from(class == Some(expected));
+                figures.retryable_unclassified += usize::from(class.is_none());
             } else if is_retryable(class) {
                 figures.unsafe_retryable += 1;
             }
