@@ -34,6 +34,7 @@
 //! retry inside its HTTP client.
 
 mod auth;
+mod blocking;
 pub mod body;
 mod caller;
 pub mod config;

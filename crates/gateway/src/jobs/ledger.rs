@@ -41,17 +41,13 @@ impl Jobs {
         &self.store
     }
 
-    /// Runs store work on the blocking pool. SQLite waits for the disk on every commit
-    /// (`synchronous=FULL`), and the gateway's async thread meanwhile serves every live
-    /// request and stream: it must never wait for a disk.
+    /// Runs store work on the blocking pool ([`crate::blocking`]).
     pub(crate) async fn off_thread<T: Send + 'static>(
         &self,
         work: impl FnOnce(&dyn JobStore) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || work(store.as_ref()))
+        crate::blocking::off_thread(&self.store, move |store| work(store), StoreError::Database)
             .await
-            .unwrap_or_else(|e| Err(StoreError::Database(format!("a store call failed: {e}"))))
     }
 
     /// One job, read off the async thread.

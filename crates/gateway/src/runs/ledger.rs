@@ -30,15 +30,17 @@ impl Runs {
         }
     }
 
-    /// Store work on the blocking pool: a commit waits for the disk, the async thread never.
+    /// Store work on the blocking pool ([`crate::blocking`]).
     pub(crate) async fn off_thread<T: Send + 'static>(
         &self,
         work: impl FnOnce(&dyn RunStore) -> Result<T, RunStoreError> + Send + 'static,
     ) -> Result<T, RunStoreError> {
-        let store = Arc::clone(&self.store);
-        tokio::task::spawn_blocking(move || work(store.as_ref()))
-            .await
-            .unwrap_or_else(|e| Err(RunStoreError::Database(format!("a store call failed: {e}"))))
+        crate::blocking::off_thread(
+            &self.store,
+            move |store| work(store),
+            RunStoreError::Database,
+        )
+        .await
     }
 
     /// One run.
