@@ -238,6 +238,27 @@ fn two(first: &str, second: &str, handoff: bool) -> String {
     )
 }
 
+/// The output format each fake agent prints.
+fn output(id: &str) -> &'static str {
+    if id == "codex" {
+        "codex-json"
+    } else {
+        "claude-stream-json"
+    }
+}
+
+/// A gateway with two profiles, each `(id, policy)`, on one route in that order.
+async fn pair(
+    agents: &Agents,
+    first: (&str, &str),
+    second: (&str, &str),
+    handoff: bool,
+) -> (Server, Arc<VirtualTime>) {
+    let profiles = agents.profile(first.0, output(first.0), first.1)
+        + &agents.profile(second.0, output(second.0), second.1);
+    gateway(&profiles, &two(first.0, second.0, handoff)).await
+}
+
 // ── The branches ────────────────────────────────────────────────────────────────────────────
 
 /// C9, D2, D4: a usage limit whose reset the CLI names is waited for, once, and the same
@@ -249,9 +270,7 @@ async fn a_usage_limit_with_a_reset_waits_then_resumes_the_same_session() {
         "claude": [claude_fails(&format!("Claude AI usage limit reached|{reset}")), claude_ok()],
         "codex": [codex_ok()],
     }));
-    let profiles = agents.profile("claude", "claude-stream-json", POLICY)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, time) = gateway(&profiles, &two("claude", "codex", false)).await;
+    let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
     let (events, run) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -300,9 +319,7 @@ async fn a_reset_beyond_the_maximum_switches_to_the_next_profile() {
         "codex": [codex_fails("You've hit your usage limit. Upgrade to Pro (https://openai.com/chatgpt/pricing) or try again in 4 days 2 hours 46 minutes.")],
         "claude": [claude_ok()],
     }));
-    let profiles = agents.profile("codex", "codex-json", POLICY)
-        + &agents.profile("claude", "claude-stream-json", POLICY);
-    let (server, time) = gateway(&profiles, &two("codex", "claude", false)).await;
+    let (server, time) = pair(&agents, ("codex", POLICY), ("claude", POLICY), false).await;
     let (_, run) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -326,9 +343,7 @@ async fn an_overload_retries_the_same_session_then_switches() {
         "claude": [claude_fails(overload)],
         "codex": [codex_ok()],
     }));
-    let profiles = agents.profile("claude", "claude-stream-json", POLICY)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, time) = gateway(&profiles, &two("claude", "codex", false)).await;
+    let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
     let (_, run) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -361,9 +376,7 @@ async fn an_auth_failure_skips_or_stops_by_policy_without_retrying() {
         "codex": [codex_ok()],
     });
     let agents = Agents::new(&plan);
-    let profiles = agents.profile("claude", "claude-stream-json", POLICY)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, time) = gateway(&profiles, &two("claude", "codex", false)).await;
+    let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
     let (_, run_skip) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -382,9 +395,7 @@ async fn an_auth_failure_skips_or_stops_by_policy_without_retrying() {
 
     let agents = Agents::new(&plan);
     let stop = r#"{ hard = { exhausted = "stop" } }"#;
-    let profiles = agents.profile("claude", "claude-stream-json", stop)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, _) = gateway(&profiles, &two("claude", "codex", false)).await;
+    let (server, _) = pair(&agents, ("claude", stop), ("codex", POLICY), false).await;
     let (events, run) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -405,9 +416,7 @@ async fn a_crash_after_a_tool_effect_resumes_the_session() {
         "exit": 1,
     });
     let agents = Agents::new(&json!({"claude": [crash, claude_ok()], "codex": [codex_ok()]}));
-    let profiles = agents.profile("claude", "claude-stream-json", POLICY)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, time) = gateway(&profiles, &two("claude", "codex", false)).await;
+    let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
     let (_, run) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -437,9 +446,7 @@ async fn a_run_that_acted_switches_only_when_the_route_allows_a_handoff() {
     let plan = json!({"claude": [crash], "codex": [codex_ok()]});
 
     let agents = Agents::new(&plan);
-    let profiles = agents.profile("claude", "claude-stream-json", no_retry)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, _) = gateway(&profiles, &two("claude", "codex", false)).await;
+    let (server, _) = pair(&agents, ("claude", no_retry), ("codex", POLICY), false).await;
     let (_, run_held) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -457,9 +464,7 @@ async fn a_run_that_acted_switches_only_when_the_route_allows_a_handoff() {
     server.shutdown().await;
 
     let agents = Agents::new(&plan);
-    let profiles = agents.profile("claude", "claude-stream-json", no_retry)
-        + &agents.profile("codex", "codex-json", POLICY);
-    let (server, _) = gateway(&profiles, &two("claude", "codex", true)).await;
+    let (server, _) = pair(&agents, ("claude", no_retry), ("codex", POLICY), true).await;
     let (_, run) = run(&server, &agents).await;
     assert_eq!(
         agents.calls(),
@@ -504,9 +509,7 @@ async fn unknown_text_waits_for_a_human_and_a_context_overflow_fails() {
         ("Prompt is too long", "failed", "terminal"),
     ] {
         let agents = Agents::new(&json!({"claude": [claude_fails(text)], "codex": [codex_ok()]}));
-        let profiles = agents.profile("claude", "claude-stream-json", POLICY)
-            + &agents.profile("codex", "codex-json", POLICY);
-        let (server, time) = gateway(&profiles, &two("claude", "codex", false)).await;
+        let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
         let (_, run) = run(&server, &agents).await;
         assert_eq!(
             agents.calls(),
