@@ -321,7 +321,7 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
     };
     let (tx, body_rx) = crate::reply::pipe::pipe();
     let first = summary(&job, None).to_string();
-    let done = job.state.is_final() || job.state == JobState::ActionRequired;
+    let done = follow_ends(job.state);
     tokio::spawn(async move {
         let send = async |data: String| {
             tx.send(Bytes::from(format!("event: state\ndata: {data}\n\n")))
@@ -331,15 +331,12 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
             return;
         }
         while let Ok(data) = rx.recv().await {
-            let finished = serde_json::from_str::<Value>(&data)
-                .ok()
-                .and_then(|v| v.get("state").and_then(Value::as_str).map(str::to_owned))
-                .is_some_and(|s| {
-                    matches!(
-                        s.as_str(),
-                        "succeeded" | "failed" | "stopped" | "action_required"
-                    )
-                });
+            let finished = serde_json::from_str::<Value>(&data).ok().is_some_and(|v| {
+                v.get("state")
+                    .and_then(Value::as_str)
+                    .and_then(JobState::parse)
+                    .is_some_and(follow_ends)
+            });
             if !send(data).await || finished {
                 return;
             }
@@ -351,6 +348,11 @@ async fn events(jobs: &Jobs, id: &str) -> http::Response<Body> {
         HeaderValue::from_static("text/event-stream"),
     );
     response
+}
+
+/// A job's event stream ends at a final state, or where a human must act.
+fn follow_ends(state: JobState) -> bool {
+    state.is_final() || state == JobState::ActionRequired
 }
 
 #[cfg(test)]

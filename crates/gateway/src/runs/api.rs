@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
 use rebound_core::policy::document::PolicyDocument;
-use rebound_store::runs::{NewRun, RunStoreError};
+use rebound_store::runs::{NewRun, RunState, RunStoreError};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -155,7 +155,7 @@ async fn submit(gateway: &Arc<Gateway>, runs: &Runs, body: &[u8]) -> http::Respo
 }
 
 fn is_done(state: &str) -> bool {
-    matches!(state, "succeeded" | "failed" | "action_required")
+    RunState::parse(state).is_some_and(RunState::is_final)
 }
 
 /// The run's events as NDJSON: its state now, then every event until it ends.
@@ -175,7 +175,7 @@ async fn events(
     };
     let (tx, body_rx) = crate::reply::pipe::pipe();
     let first = summary(&run, None).to_string();
-    let done = is_done(run.state.as_str());
+    let done = run.state.is_final();
     tokio::spawn(async move {
         let send = async |line: String| tx.send(Bytes::from(format!("{line}\n"))).await;
         if !send(first).await || done {
