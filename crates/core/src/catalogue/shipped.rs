@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 22] = [
+const SHIPPED: [(&str, &str); 26] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -92,6 +92,22 @@ const SHIPPED: [(&str, &str); 22] = [
     (
         "rules/agent.toml",
         include_str!("../../../../catalogue/rules/agent.toml"),
+    ),
+    (
+        "rules/network.toml",
+        include_str!("../../../../catalogue/rules/network.toml"),
+    ),
+    (
+        "rules/sdk.toml",
+        include_str!("../../../../catalogue/rules/sdk.toml"),
+    ),
+    (
+        "rules/hosted.toml",
+        include_str!("../../../../catalogue/rules/hosted.toml"),
+    ),
+    (
+        "rules/proxy.toml",
+        include_str!("../../../../catalogue/rules/proxy.toml"),
     ),
 ];
 
