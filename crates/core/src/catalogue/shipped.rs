@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 26] = [
+const SHIPPED: [(&str, &str); 27] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -16,6 +16,10 @@ const SHIPPED: [(&str, &str); 26] = [
     (
         "rules/text.toml",
         include_str!("../../../../catalogue/rules/text.toml"),
+    ),
+    (
+        "rules/prose.toml",
+        include_str!("../../../../catalogue/rules/prose.toml"),
     ),
     (
         "rules/transport.toml",
