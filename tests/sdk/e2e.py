@@ -39,10 +39,13 @@ def start(args):
 def wait_for(port):
     for _ in range(100):
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as probe:
+                # A probe whose source port is the port it dials connects to itself.
+                if probe.getsockname() != probe.getpeername():
+                    return
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     raise RuntimeError(f"nothing listens on {port}")
 
 

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::http;
+use crate::{free_port, http};
 
 #[test]
 fn serves_scripts_and_counts_attempts() {
@@ -56,11 +56,7 @@ fn a_closed_stdout_does_not_stop_the_server() {
     // Standard output is a pipe whose reader is gone before the server starts, so writing
     // the banner fails, whenever it happens. The banner cannot tell the address, so the test
     // picks a free port.
-    let addr = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string();
+    let addr = format!("127.0.0.1:{}", free_port());
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
@@ -80,6 +76,7 @@ fn a_closed_stdout_does_not_stop_the_server() {
         // Not listening yet: the process is still starting.
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
     let models = http(
         &addr,
         "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
