@@ -10,6 +10,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
 
 /// The longest wait any hint may ask for. Longer well-formed values are saturated at it (T2);
 /// the class cap then bounds the wait.
@@ -77,7 +78,8 @@ pub enum HintFormat {
     Minutes,
     /// A Go/protobuf duration (`17s`, `1m30.5s`, `250ms`, `6m0s`).
     Duration,
-    /// An absolute time: RFC 3339 (`2026-11-30T15:00:00Z`) or an HTTP-date.
+    /// An absolute time: RFC 3339 (`2026-11-30T15:00:00Z`), the same in a sentence
+    /// (`2026-12-01 at 00:00 UTC`) or an HTTP-date.
     At,
     /// Unix time in seconds.
     Epoch,
@@ -112,7 +114,8 @@ impl HintFormat {
             HintFormat::Minutes => parse_decimal_duration(value, 60_000_000_000)?,
             HintFormat::Duration => parse_go_duration(value)?,
             HintFormat::At => {
-                let at = parse_rfc3339(value).or_else(|| httpdate::parse_http_date(value).ok())?;
+                let at =
+                    parse_timestamp(value).or_else(|| httpdate::parse_http_date(value).ok())?;
                 at.duration_since(now).ok()?
             }
             HintFormat::Epoch => {
@@ -231,59 +234,77 @@ pub fn parse_go_duration(value: &str) -> Option<Duration> {
     Some(total)
 }
 
-/// Parses an RFC 3339 timestamp (`2026-11-30T15:04:05Z`, `2026-11-30 15:04:05.25+02:00`).
-pub fn parse_rfc3339(value: &str) -> Option<SystemTime> {
-    let b = value.as_bytes();
-    if b.len() < 20 {
-        return None;
-    }
-    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
-        let part = value.get(range)?;
-        part.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| part.parse().ok())?
+/// Parses a date and time with its zone, as RFC 3339 writes it (`2026-11-30T15:04:05Z`,
+/// `2026-11-30 15:04:05.25+02:00`) or as a sentence does (`2026-12-01 at 00:00 UTC`, where the
+/// seconds may be left out). The zone is `Z`, `UTC`, `GMT` or a numeric offset; a time without
+/// one names no moment and is refused.
+pub fn parse_timestamp(value: &str) -> Option<SystemTime> {
+    let value = value.trim();
+    let (date, rest) = (value.get(..10)?, value.get(10..)?);
+    let (rest, in_words) = match rest.strip_prefix(" at ") {
+        Some(rest) => (rest, true),
+        None => (rest.strip_prefix(['T', 't', ' '])?, false),
     };
-    let year = i64::from(digits(0..4)?);
-    let month = digits(5..7)?;
-    let day = digits(8..10)?;
-    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
-    if b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+    let clock_len = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.'))
+        .unwrap_or(rest.len());
+    let (clock, zone) = rest.split_at(clock_len);
+    let time = parse_clock(clock, in_words)?;
+    let offset = UtcOffset::from_whole_seconds(parse_offset(zone)?).ok()?;
+    let at = PrimitiveDateTime::new(parse_date(date)?, time).assume_offset(offset);
+    Some(SystemTime::from(at))
+}
+
+/// `2026-11-30`: a date of the calendar, or `None`.
+fn parse_date(value: &str) -> Option<Date> {
+    let mut parts = value.split('-');
+    let (year, month, day) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || year.len() != 4 || month.len() != 2 || day.len() != 2 {
         return None;
     }
-    if b[13] != b':' || b[16] != b':' {
+    let month = Month::try_from(two_digits(month)?).ok()?;
+    Date::from_calendar_date(i32::from(u16_digits(year)?), month, two_digits(day)?).ok()
+}
+
+/// `15:04:05`, `15:04:05.25`, or `15:04` where `seconds_optional`.
+fn parse_clock(value: &str, seconds_optional: bool) -> Option<Time> {
+    let (value, fraction) = match value.split_once('.') {
+        Some((value, fraction)) => (value, Some(fraction)),
+        None => (value, None),
+    };
+    let mut parts = value.split(':');
+    let (hour, minute) = (two_digits(parts.next()?)?, two_digits(parts.next()?)?);
+    let second = match parts.next() {
+        Some(second) => two_digits(second)?,
+        None if seconds_optional && fraction.is_none() => 0,
+        None => return None,
+    };
+    if parts.next().is_some() {
         return None;
     }
-    if !(1..=12).contains(&month) || day == 0 || day > days_in_month(year, month) {
-        return None;
-    }
-    if hour > 23 || minute > 59 || second > 60 {
-        return None;
-    }
-    let mut rest = &value[19..];
-    let mut nanos = 0u32;
-    if let Some(frac) = rest.strip_prefix('.') {
-        let len = frac
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(frac.len());
-        if len == 0 {
-            return None;
+    let nanos = match fraction {
+        Some(digits) => {
+            parse_decimal_duration(&format!("0.{digits}"), 1_000_000_000)?.subsec_nanos()
         }
-        let mut scale = 100_000_000u32;
-        for d in frac[..len].bytes().take(9) {
-            nanos += u32::from(d - b'0') * scale;
-            scale /= 10;
-        }
-        rest = &frac[len..];
-    }
-    let offset_secs = parse_offset(rest)?;
-    let days = days_from_civil(year, month, day);
-    let secs = days * 86_400 + i64::from(hour * 3600 + minute * 60 + second) - offset_secs;
-    let secs = u64::try_from(secs).ok()?;
-    UNIX_EPOCH.checked_add(Duration::new(secs, nanos))
+        None => 0,
+    };
+    Time::from_hms_nano(hour, minute, second, nanos).ok()
+}
+
+fn two_digits(value: &str) -> Option<u8> {
+    (value.len() == 2).then_some(())?;
+    u8::try_from(u16_digits(value)?).ok()
+}
+
+fn u16_digits(value: &str) -> Option<u16> {
+    value
+        .bytes()
+        .all(|c| c.is_ascii_digit())
+        .then(|| value.parse().ok())?
 }
 
 /// `Z`, `UTC`, `GMT`, `+02:00`, `-0530` → offset east of UTC in seconds.
-fn parse_offset(zone: &str) -> Option<i64> {
+fn parse_offset(zone: &str) -> Option<i32> {
     let zone = zone.trim();
     if matches!(zone, "Z" | "z" | "UTC" | "GMT" | "utc" | "gmt") {
         return Some(0);
@@ -294,11 +315,13 @@ fn parse_offset(zone: &str) -> Option<i64> {
         _ => return None,
     };
     let body = zone[1..].replace(':', "");
-    if body.len() != 4 || !body.bytes().all(|c| c.is_ascii_digit()) {
+    if body.len() != 4 {
         return None;
     }
-    let hours: i64 = body[..2].parse().ok()?;
-    let minutes: i64 = body[2..].parse().ok()?;
+    let (hours, minutes) = (
+        i32::from(two_digits(&body[..2])?),
+        i32::from(two_digits(&body[2..])?),
+    );
     if hours > 18 || minutes > 59 {
         return None;
     }
@@ -307,7 +330,7 @@ fn parse_offset(zone: &str) -> Option<i64> {
 
 /// The wait until the next occurrence of a time of day (`3pm`, `3:30 pm`, `15:00`) in a zone.
 fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
-    let offset = parse_offset(tz)?;
+    let offset = UtcOffset::from_whole_seconds(parse_offset(tz)?).ok()?;
     let lower = value.to_ascii_lowercase();
     let (clock, meridiem) = if let Some(c) = lower.strip_suffix("am") {
         (c.trim(), Some(false))
@@ -317,8 +340,8 @@ fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
         (lower.trim(), None)
     };
     let (hour, minute) = match clock.split_once(':') {
-        Some((h, m)) => (h.parse::<u32>().ok()?, m.parse::<u32>().ok()?),
-        None => (clock.parse::<u32>().ok()?, 0),
+        Some((h, m)) => (h.parse::<u8>().ok()?, m.parse::<u8>().ok()?),
+        None => (clock.parse::<u8>().ok()?, 0),
     };
     let hour = match meridiem {
         Some(pm) if (1..=12).contains(&hour) => hour % 12 + if pm { 12 } else { 0 },
@@ -326,41 +349,12 @@ fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
         None if !clock.contains(':') => return None,
         None => hour,
     };
-    if hour > 23 || minute > 59 {
-        return None;
-    }
-    let now_secs = i64::try_from(now.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()?;
-    let local_now = now_secs + offset;
-    let day_start = local_now - local_now.rem_euclid(86_400);
-    let mut target = day_start + i64::from(hour * 3600 + minute * 60);
+    let local_now = OffsetDateTime::from(now).to_offset(offset);
+    let mut target = local_now.replace_time(Time::from_hms(hour, minute, 0).ok()?);
     if target <= local_now {
-        target += 86_400;
+        target += time::Duration::DAY;
     }
-    Some(Duration::from_secs(u64::try_from(target - local_now).ok()?))
-}
-
-fn is_leap(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: u32) -> u32 {
-    match month {
-        2 if is_leap(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    Duration::try_from(target - local_now).ok()
 }
 
 #[cfg(test)]
@@ -453,21 +447,34 @@ mod tests {
     }
 
     #[test]
-    fn rfc3339_timestamps() {
-        assert_eq!(parse_rfc3339("1970-01-01T00:00:00Z"), Some(at(0)));
+    fn timestamps() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:00Z"), Some(at(0)));
         assert_eq!(
-            parse_rfc3339("2026-11-30T15:00:00Z"),
+            parse_timestamp("2026-11-30T15:00:00Z"),
             Some(at(1_796_050_800))
         );
         assert_eq!(
-            parse_rfc3339("2026-11-30T17:00:00+02:00"),
+            parse_timestamp("2026-11-30T17:00:00+02:00"),
             Some(at(1_796_050_800))
         );
         assert_eq!(
-            parse_rfc3339("2026-11-30 15:00:00.5Z"),
+            parse_timestamp("2026-11-30 15:00:00.5Z"),
             Some(at(1_796_050_800) + Duration::from_millis(500))
         );
+        assert_eq!(
+            parse_timestamp("2026-11-30 at 15:00 UTC"),
+            Some(at(1_796_050_800))
+        );
+        assert_eq!(
+            parse_timestamp("2026-11-30 at 17:00:00 +02:00"),
+            Some(at(1_796_050_800))
+        );
         for bad in [
+            "2026-11-30 at 15:00",
+            "2026-11-30T15:00Z",
+            "2026-11-30 at 15 UTC",
+            "2026-11-30 at 15:00 PST",
+            "2026-11-30T15:00:00.Z",
             "2026-13-01T00:00:00Z",
             "2026-02-30T00:00:00Z",
             "2026-11-30T25:00:00Z",
@@ -475,7 +482,7 @@ mod tests {
             "2026-11-30T15:00:00+2",
             "not a date at all, no",
         ] {
-            assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+            assert_eq!(parse_timestamp(bad), None, "{bad:?}");
         }
     }
 
