@@ -5,6 +5,7 @@ Usage: python3 tests/sdk/e2e.py [path/to/rebound]
 Prints one line per check and closes with `N passed, M failed`; exits non-zero on failure.
 """
 
+import datetime
 import json
 import os
 import socket
@@ -179,6 +180,55 @@ def openai_resting(h):
         assert e.response.headers["x-rebound-attempts"] == "0", e.response.headers
         assert e.response.json()["rebound"]["reason"] == "resting", e.response.json()
     assert time.time() - started < 2, "the SDK retried a give-up"
+
+
+def openai_server_option(h):
+    # A local server's 500 for a request it cannot serve as sent ('tools param requires
+    # --jinja flag') is terminal, not a server error: rebound does not repeat it, and an SDK at
+    # its default retries does not either (x-should-retry: false).
+    sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{gateway_port}/v1", api_key="sk-e2e")
+    try:
+        sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+    except openai.InternalServerError as e:
+        assert e.status_code == 500, e
+        assert e.response.headers["x-should-retry"] == "false", e.response.headers
+        verdict = e.response.json()["rebound"]
+        assert (verdict["class"], verdict["code"]) == ("terminal", "invalid_request"), verdict
+        return
+    raise AssertionError("no error")
+
+
+RESET = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)).date()
+
+
+def anthropic_usage_limit(h):
+    # Anthropic's workspace usage limit is a quota wall (C9) whose reset is in its words; the
+    # SDK at its default retries gets one answer with the reset as a hint, and the account's
+    # candidate rests until then (S1): the next request is answered with no attempt, and says
+    # when to come back (retry-after).
+    sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{gateway_port}", api_key="sk-ant-e2e")
+    for attempts_seen in ("1", "0"):
+        try:
+            sdk.messages.create(model="chaos-1", max_tokens=64, messages=HI, extra_headers=h)
+            raise AssertionError("no error")
+        except anthropic.APIStatusError as e:
+            assert e.response.headers["x-should-retry"] == "false", e.response.headers
+            assert e.response.headers["x-rebound-attempts"] == attempts_seen, e.response.headers
+            verdict = e.response.json()["rebound"]
+            assert (verdict["class"], verdict["code"]) == ("hard", "quota_exhausted"), verdict
+            assert 0 < verdict["hintMs"] <= 2 * 86_400_000, verdict
+            if attempts_seen == "0":
+                assert int(e.response.headers["retry-after"]) > 3600, e.response.headers
+
+
+check("openai-server-option", "500+message:tools param requires --jinja flag, ok", openai_server_option, 1)
+# It leaves the embedded default's `anthropic` candidate resting until the reset.
+check(
+    "anthropic-usage-limit",
+    f"400+message:You have reached your specified API usage limits. You will regain access on {RESET} at 00:00 UTC., ok",
+    anthropic_usage_limit,
+    1,
+)
 
 
 # Last: it leaves the embedded default's `openai` candidate cooling for two hours.
