@@ -4,7 +4,8 @@
 //!
 //! The error is rebound's give-up (G10): it says `x-should-retry: false`, so a client's SDK
 //! does not run rebound's whole loop again, and keeps the failed attempt's `retry-after`,
-//! request id and rate-limit headers, so the client still learns when to come back.
+//! request id and rate-limit headers, so the client still learns when to come back; a reset
+//! the upstream gave only in its body becomes the `retry-after`.
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode, header};
@@ -144,7 +145,12 @@ pub(super) async fn terminal(
     give_up(&mut headers);
     rebound_headers(&mut headers, attempts, candidate, &request.route);
     skipped_header(&mut headers, request.skipped.as_ref());
-    if resting && let Some(ms) = diagnostics.hint_ms {
+    // When to come back: the time a rest has left, or a wait the upstream said only in its
+    // words (a quota wall's reset date, C9), in the header clients read. The upstream's own
+    // `retry-after` is kept as it is.
+    let told = resting
+        || (matches!(class, "rate_limit" | "hard") && !headers.contains_key(header::RETRY_AFTER));
+    if told && let Some(ms) = diagnostics.hint_ms {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
     }
     down.respond(Head {

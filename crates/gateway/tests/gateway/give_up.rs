@@ -72,6 +72,24 @@ async fn an_anthropic_rate_limit_keeps_its_request_id_and_rate_limit_headers() {
 }
 
 #[tokio::test]
+async fn a_quota_wall_whose_reset_is_only_in_its_words_says_it_as_retry_after() {
+    // C9: the reset is a hint; a reset this far off is saturated at the longest hint (T2).
+    let chaos = chaos(
+        "400+message:You have reached your specified API usage limits. You will regain access \
+         on 2030-01-01 at 00:00 UTC., ok",
+    )
+    .await;
+    let g = one_retry_gateway(&chaos).await;
+    let reply = g.post("/v1/messages", &anthropic_body(false)).await;
+    assert_eq!(reply.status, 400, "{}", reply.text());
+    assert_eq!(chaos.attempts("default"), 1);
+    assert_eq!(reply.header("x-should-retry"), "false");
+    assert_eq!(reply.header("retry-after"), "604800");
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(body["rebound"]["code"], "quota_exhausted");
+}
+
+#[tokio::test]
 async fn a_provider_that_says_do_not_retry_is_not_retried_and_its_word_is_passed_on() {
     let chaos = chaos("500+x-should-retry:false+x-request-id:req_1, ok").await;
     let g = gateway(SIMPLE, &chaos).await;
