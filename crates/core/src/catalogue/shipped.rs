@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 27] = [
+const SHIPPED: [(&str, &str); 28] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -20,6 +20,10 @@ const SHIPPED: [(&str, &str); 27] = [
     (
         "rules/prose.toml",
         include_str!("../../../../catalogue/rules/prose.toml"),
+    ),
+    (
+        "rules/prose_zh.toml",
+        include_str!("../../../../catalogue/rules/prose_zh.toml"),
     ),
     (
         "rules/transport.toml",
