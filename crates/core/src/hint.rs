@@ -319,8 +319,8 @@ fn parse_offset(zone: &str) -> Option<i32> {
         return None;
     }
     let (hours, minutes) = (
-        i32::from(two_digits(&body[..2])?),
-        i32::from(two_digits(&body[2..])?),
+        i32::from(two_digits(body.get(..2)?)?),
+        i32::from(two_digits(body.get(2..)?)?),
     );
     if hours > 18 || minutes > 59 {
         return None;
@@ -475,6 +475,7 @@ mod tests {
             "2026-11-30 at 15 UTC",
             "2026-11-30 at 15:00 PST",
             "2026-11-30T15:00:00.Z",
+            "2026-11-30T15:00:00+0é0",
             "2026-13-01T00:00:00Z",
             "2026-02-30T00:00:00Z",
             "2026-11-30T25:00:00Z",
