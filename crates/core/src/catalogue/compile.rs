@@ -334,9 +334,12 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
     rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
     let needs_body = rules.iter().any(|r| r.body.is_some()) || !text_status.is_empty();
 
+    let (rule_of_pattern, bodiless) = Catalogue::index(&rules, text_status_start);
     Ok(Catalogue {
         version: Arc::from(version),
         rules,
+        rule_of_pattern,
+        bodiless,
         body_set,
         needs_body,
         text_status,

@@ -3,8 +3,8 @@
 //! Rule files (TOML, see `docs/catalogue.md`) are compiled once into a [`Catalogue`]: every
 //! body pattern of every rule goes into one [`regex::bytes::RegexSet`], every header pattern into one
 //! set per header name, so classifying evidence scans its text once, however many rules there
-//! are. Cheap matchers (status, provider, phase, transport, event type) run first and the text
-//! scan only happens when a surviving rule needs it.
+//! are. Only the rules whose pattern matched, and those without one, are then tried, highest
+//! priority first, with their cheap matchers (status, provider, phase, transport, event type).
 //!
 //! The catalogue never guesses: no rule, a low-confidence rule, rules of equal priority that
 //! disagree, stale evidence or a code without a class all come out
@@ -42,6 +42,10 @@ pub struct Catalogue {
     version: Arc<str>,
     /// Highest priority first.
     rules: Vec<Rule>,
+    /// The rule (its index in `rules`) each rule pattern of `body_set` belongs to.
+    rule_of_pattern: Vec<u32>,
+    /// The rules without a body pattern, in `rules` order.
+    bodiless: Vec<u32>,
     body_set: RegexSet,
     needs_body: bool,
     /// `[[text_status]]` extractors; their patterns sit in `body_set` from `text_status_start`.
@@ -132,6 +136,26 @@ impl Rule {
     }
 }
 
+/// Two ascending sequences as one.
+fn merged<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
+    let (mut i, mut j) = (0, 0);
+    std::iter::from_fn(move || match (a.get(i), b.get(j)) {
+        (Some(&x), Some(&y)) if x <= y => {
+            i += 1;
+            Some(x)
+        }
+        (_, Some(&y)) => {
+            j += 1;
+            Some(y)
+        }
+        (Some(&x), None) => {
+            i += 1;
+            Some(x)
+        }
+        (None, None) => None,
+    })
+}
+
 /// Lazily computed regex-set results for one classification.
 struct Scan<'a> {
     catalogue: &'a Catalogue,
@@ -160,11 +184,15 @@ impl Scan<'_> {
         (100..=599).contains(&status).then_some(status)
     }
 
-    fn body_matches(&mut self, index: usize) -> bool {
+    /// Which patterns of the body set match the text (scanned once, on first use).
+    fn body_set(&mut self) -> &SetMatches {
         let (set, text) = (&self.catalogue.body_set, self.text);
         self.body
             .get_or_insert_with(|| set.matches(text.as_bytes()))
-            .matched(index)
+    }
+
+    fn body_matches(&mut self, index: usize) -> bool {
+        self.body_set().matched(index)
     }
 
     fn header_matches(&mut self, slot: usize, index: usize) -> bool {
@@ -189,6 +217,20 @@ impl Scan<'_> {
 }
 
 impl Catalogue {
+    /// For `rules` in priority order, the rule each of the first `patterns` body patterns
+    /// belongs to, and the rules without a body pattern.
+    fn index(rules: &[Rule], patterns: usize) -> (Vec<u32>, Vec<u32>) {
+        let mut rule_of_pattern = vec![0; patterns];
+        let mut bodiless = Vec::new();
+        for (i, rule) in (0u32..).zip(rules) {
+            match rule.body.and_then(|p| rule_of_pattern.get_mut(p)) {
+                Some(slot) => *slot = i,
+                None => bodiless.push(i),
+            }
+        }
+        (rule_of_pattern, bodiless)
+    }
+
     /// The catalogue shipped with rebound (the `catalogue/` folder of the repository,
     /// embedded at build time).
     pub fn shipped() -> Result<Catalogue, CatalogueError> {
@@ -254,9 +296,19 @@ impl Catalogue {
         scan.headers.resize_with(self.header_slots.len(), || None);
         let status = scan.status();
 
+        // Only rules whose pattern matched, and those without one, can match: they are the
+        // few to try, in priority order, instead of every rule of the catalogue.
+        let mut matched: Vec<u32> = scan
+            .body_set()
+            .iter()
+            .take_while(|&p| p < self.text_status_start)
+            .filter_map(|p| self.rule_of_pattern.get(p).copied())
+            .collect();
+        matched.sort_unstable();
+
         let mut best: Option<&Rule> = None;
         let mut conflicts: Vec<String> = Vec::new();
-        for rule in &self.rules {
+        for rule in merged(&self.bodiless, &matched).filter_map(|i| self.rules.get(i as usize)) {
             if best.is_some_and(|b| rule.priority < b.priority) {
                 break;
             }
