@@ -393,3 +393,52 @@ fn a_bad_status_item_names_the_choices() {
         "{text}"
     );
 }
+
+#[test]
+fn two_ascending_sequences_merge_in_order() {
+    let merged = |a: &[u32], b: &[u32]| super::merged(a, b).collect::<Vec<_>>();
+    assert_eq!(merged(&[1, 4, 9], &[0, 2, 3, 10]), [0, 1, 2, 3, 4, 9, 10]);
+    assert_eq!(merged(&[], &[5, 6]), [5, 6]);
+    assert_eq!(merged(&[5, 6], &[]), [5, 6]);
+    assert!(merged(&[], &[]).is_empty());
+}
+
+#[test]
+fn only_rules_whose_pattern_matched_are_tried_yet_priority_still_decides() {
+    // File order differs from priority order, and rules with and without a body pattern
+    // alternate: the candidates must come out highest priority first whichever kind they are.
+    let c = compile(
+        r#"
+[[rule]]
+id = "x.low_body"
+priority = 1
+body = "busy"
+code = "rate_limited"
+
+[[rule]]
+id = "x.status"
+priority = 5
+status = [503]
+code = "overloaded"
+
+[[rule]]
+id = "x.high_body"
+priority = 9
+body = "quota"
+code = "unassigned"
+
+[[rule]]
+id = "x.mid_body"
+priority = 7
+body = "slow"
+code = "rate_limited"
+"#,
+    )
+    .unwrap();
+    let decide = |status, body| c.classify(&evidence(status, body), now()).rule_id;
+    assert_eq!(decide(503, "busy").as_deref(), Some("x.status"));
+    assert_eq!(decide(503, "slow and busy").as_deref(), Some("x.mid_body"));
+    assert_eq!(decide(503, "quota, slow").as_deref(), Some("x.high_body"));
+    assert_eq!(decide(429, "busy").as_deref(), Some("x.low_body"));
+    assert_eq!(decide(429, "nothing").as_deref(), None);
+}
