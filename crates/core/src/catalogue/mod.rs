@@ -181,7 +181,7 @@ impl Scan<'_> {
         let first = (0..catalogue.text_status.len()).find(|i| self.body_matches(start + i))?;
         let caps = catalogue.text_status.get(first)?.captures(text)?;
         let status: u16 = caps.name("status")?.as_str().parse().ok()?;
-        (100..=599).contains(&status).then_some(status)
+        (200..=599).contains(&status).then_some(status)
     }
 
     /// Which patterns of the body set match the text (scanned once, on first use).

@@ -322,6 +322,12 @@ fn text_that_embeds_a_status_is_classified_by_it() {
         ..Evidence::default()
     };
     assert_eq!(catalogue.classify(&odd, now()).status, None);
+    // An informational 1xx is never how a request failed (a body's `"code": 109` is no status).
+    let informational = Evidence {
+        body: Some("Error code: 109".to_owned()),
+        ..Evidence::default()
+    };
+    assert_eq!(catalogue.classify(&informational, now()).status, None);
 }
 
 #[test]
