@@ -101,10 +101,8 @@ pub(super) async fn terminal(
         ),
         None => {
             let status = match (evidence.sse_event.as_deref(), evidence.transport) {
-                _ if resting => match class {
-                    "rate_limit" | "hard" => 429,
-                    _ => 503,
-                },
+                _ if resting && waits_for_a_reset(class) => 429,
+                _ if resting => 503,
                 (Some("overloaded_error"), _) => 529,
                 (Some(kind), _) if kind.contains("rate_limit") => 429,
                 (
@@ -148,8 +146,7 @@ pub(super) async fn terminal(
     // When to come back: the time a rest has left, or a wait the upstream said only in its
     // words (a quota wall's reset date, C9), in the header clients read. The upstream's own
     // `retry-after` is kept as it is.
-    let told = resting
-        || (matches!(class, "rate_limit" | "hard") && !headers.contains_key(header::RETRY_AFTER));
+    let told = resting || (waits_for_a_reset(class) && !headers.contains_key(header::RETRY_AFTER));
     if told && let Some(ms) = diagnostics.hint_ms {
         headers.insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000)));
     }
@@ -158,4 +155,10 @@ pub(super) async fn terminal(
         headers,
         body: Some(body),
     });
+}
+
+/// A class whose failure lasts until a reset the upstream may name: a rate limit or a wall
+/// (C9). Such a give-up is answered as a 429 while the candidate rests, and says its reset.
+fn waits_for_a_reset(class: &str) -> bool {
+    matches!(class, "rate_limit" | "hard")
 }
