@@ -7,10 +7,13 @@
 //! replacing it. Caps that depend on the class live there; this module only validates values.
 
 use std::fmt;
+use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use time::{Date, Month, OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
+use time::format_description::OwnedFormatItem;
+use time::parsing::Parsed;
+use time::{OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
 
 /// The longest wait any hint may ask for. Longer well-formed values are saturated at it (T2);
 /// the class cap then bounds the wait.
@@ -239,93 +242,44 @@ pub fn parse_go_duration(value: &str) -> Option<Duration> {
 /// seconds may be left out). The zone is `Z`, `UTC`, `GMT` or a numeric offset; a time without
 /// one names no moment and is refused.
 pub fn parse_timestamp(value: &str) -> Option<SystemTime> {
-    let value = value.trim();
-    let (date, rest) = (value.get(..10)?, value.get(10..)?);
-    let (rest, in_words) = match rest.strip_prefix(" at ") {
-        Some(rest) => (rest, true),
-        None => (rest.strip_prefix(['T', 't', ' '])?, false),
-    };
-    let clock_len = rest
-        .find(|c: char| !(c.is_ascii_digit() || c == ':' || c == '.'))
-        .unwrap_or(rest.len());
-    let (clock, zone) = rest.split_at(clock_len);
-    let time = parse_clock(clock, in_words)?;
-    let offset = UtcOffset::from_whole_seconds(parse_offset(zone)?).ok()?;
-    let at = PrimitiveDateTime::new(parse_date(date)?, time).assume_offset(offset);
-    Some(SystemTime::from(at))
-}
-
-/// `2026-11-30`: a date of the calendar, or `None`.
-fn parse_date(value: &str) -> Option<Date> {
-    let mut parts = value.split('-');
-    let (year, month, day) = (parts.next()?, parts.next()?, parts.next()?);
-    if parts.next().is_some() || year.len() != 4 || month.len() != 2 || day.len() != 2 {
-        return None;
-    }
-    let month = Month::try_from(two_digits(month)?).ok()?;
-    Date::from_calendar_date(i32::from(u16_digits(year)?), month, two_digits(day)?).ok()
-}
-
-/// `15:04:05`, `15:04:05.25`, or `15:04` where `seconds_optional`.
-fn parse_clock(value: &str, seconds_optional: bool) -> Option<Time> {
-    let (value, fraction) = match value.split_once('.') {
-        Some((value, fraction)) => (value, Some(fraction)),
-        None => (value, None),
-    };
-    let mut parts = value.split(':');
-    let (hour, minute) = (two_digits(parts.next()?)?, two_digits(parts.next()?)?);
-    let second = match parts.next() {
-        Some(second) => two_digits(second)?,
-        None if seconds_optional && fraction.is_none() => 0,
-        None => return None,
-    };
-    if parts.next().is_some() {
-        return None;
-    }
-    let nanos = match fraction {
-        Some(digits) => {
-            parse_decimal_duration(&format!("0.{digits}"), 1_000_000_000)?.subsec_nanos()
-        }
-        None => 0,
-    };
-    Time::from_hms_nano(hour, minute, second, nanos).ok()
-}
-
-fn two_digits(value: &str) -> Option<u8> {
-    (value.len() == 2).then_some(())?;
-    u8::try_from(u16_digits(value)?).ok()
-}
-
-fn u16_digits(value: &str) -> Option<u16> {
-    value
-        .bytes()
-        .all(|c| c.is_ascii_digit())
-        .then(|| value.parse().ok())?
+    static STAMP: LazyLock<Option<OwnedFormatItem>> = LazyLock::new(|| {
+        description(
+            "[year]-[month]-[day][first [T][t][ ]][hour]:[minute]:[second][optional [.[subsecond]]]",
+        )
+    });
+    static IN_WORDS: LazyLock<Option<OwnedFormatItem>> = LazyLock::new(|| {
+        description("[year]-[month]-[day] at [hour]:[minute][optional [:[second]]]")
+    });
+    let value = value.trim().as_bytes();
+    [&*STAMP, &*IN_WORDS].into_iter().find_map(|format| {
+        let format = format.as_ref()?;
+        let mut parsed = Parsed::new();
+        let zone = parsed.parse_item(value, format).ok()?;
+        let offset = UtcOffset::from_whole_seconds(parse_offset(std::str::from_utf8(zone).ok()?)?);
+        let at = PrimitiveDateTime::try_from(parsed)
+            .ok()?
+            .assume_offset(offset.ok()?);
+        Some(SystemTime::from(at))
+    })
 }
 
 /// `Z`, `UTC`, `GMT`, `+02:00`, `-0530` → offset east of UTC in seconds.
 fn parse_offset(zone: &str) -> Option<i32> {
+    static OFFSET: LazyLock<Option<OwnedFormatItem>> =
+        LazyLock::new(|| description("[offset_hour sign:mandatory][optional [:]][offset_minute]"));
     let zone = zone.trim();
     if matches!(zone, "Z" | "z" | "UTC" | "GMT" | "utc" | "gmt") {
         return Some(0);
     }
-    let sign = match zone.as_bytes().first()? {
-        b'+' => 1,
-        b'-' => -1,
-        _ => return None,
-    };
-    let body = zone[1..].replace(':', "");
-    if body.len() != 4 {
-        return None;
-    }
-    let (hours, minutes) = (
-        i32::from(two_digits(body.get(..2)?)?),
-        i32::from(two_digits(body.get(2..)?)?),
-    );
-    if hours > 18 || minutes > 59 {
-        return None;
-    }
-    Some(sign * (hours * 3600 + minutes * 60))
+    let offset = UtcOffset::parse(zone, OFFSET.as_ref()?).ok()?;
+    (offset.whole_hours().abs() <= 18).then(|| offset.whole_seconds())
+}
+
+/// A format description written in the `time` crate's own language. The descriptions are
+/// constants of this module: one that did not parse would refuse every timestamp, which the
+/// tests below would catch.
+fn description(format: &str) -> Option<OwnedFormatItem> {
+    time::format_description::parse_owned::<2>(format).ok()
 }
 
 /// The wait until the next occurrence of a time of day (`3pm`, `3:30 pm`, `15:00`) in a zone.
@@ -460,6 +414,10 @@ mod tests {
         assert_eq!(
             parse_timestamp("2026-11-30 15:00:00.5Z"),
             Some(at(1_796_050_800) + Duration::from_millis(500))
+        );
+        assert_eq!(
+            parse_timestamp("2026-11-30T09:30:00-0530"),
+            Some(at(1_796_050_800))
         );
         assert_eq!(
             parse_timestamp("2026-11-30 at 15:00 UTC"),
