@@ -1,7 +1,7 @@
 //! `rebound classify`: evidence in (flags, evidence JSON or free text on stdin), the
 //! catalogue's verdict out.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -66,6 +66,14 @@ pub(crate) struct ClassifyArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Classify many: standard input holds one evidence JSON document per line (a log of
+    /// failures, or the examples a rule file should match); one JSON verdict is printed per
+    /// line, in order. Blank lines are skipped.
+    #[arg(long, conflicts_with_all = [
+        "status", "headers", "body", "body_file", "provider", "phase", "transport",
+        "sse_event", "attempt",
+    ])]
+    batch: bool,
 }
 
 impl ClassifyArgs {
@@ -89,6 +97,9 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
         return Err(bad_input("--attempt counts from 1 (the first attempt)"));
     }
     let catalogue = load_catalogue(args.catalogue.as_deref())?;
+    if args.batch {
+        return run_batch(&catalogue);
+    }
     let evidence = if args.has_evidence_flags() {
         evidence_from_flags(&args)?
     } else {
@@ -101,19 +112,14 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
     });
     let mut out = std::io::stdout().lock();
     if args.json {
-        let mut report = serde_json::to_value(&classification)?;
-        if let Value::Object(map) = &mut report {
-            if let (Some(attempt), Some(delay)) = (args.attempt, delay) {
-                map.insert("attempt".into(), json!(attempt));
-                map.insert(
-                    "delay_ms".into(),
-                    json!(delay.map(|d| d.as_millis() as u64)),
-                );
-            }
-            if let Some(capped) = capped_hint(&classification) {
-                map.insert("hint_capped_ms".into(), json!(capped.as_millis() as u64));
-            }
-            map.insert("evidence_excerpt".into(), json!(error_excerpt(&evidence)));
+        let mut report = json_report(&classification, &evidence)?;
+        if let (Value::Object(map), Some(attempt), Some(delay)) = (&mut report, args.attempt, delay)
+        {
+            map.insert("attempt".into(), json!(attempt));
+            map.insert(
+                "delay_ms".into(),
+                json!(delay.map(|d| d.as_millis() as u64)),
+            );
         }
         writeln!(out, "{report}")?;
     } else {
@@ -123,6 +129,56 @@ pub(crate) fn run(args: ClassifyArgs) -> Result<()> {
             &evidence,
             args.attempt.zip(delay),
         )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The `--json` verdict: the classification, the hint as capped, and the evidence excerpt.
+fn json_report(classification: &Classification, evidence: &Evidence) -> Result<Value> {
+    let mut report = serde_json::to_value(classification)?;
+    if let Value::Object(map) = &mut report {
+        if let Some(capped) = capped_hint(classification) {
+            map.insert("hint_capped_ms".into(), json!(capped.as_millis() as u64));
+        }
+        map.insert("evidence_excerpt".into(), json!(error_excerpt(evidence)));
+    }
+    Ok(report)
+}
+
+/// `--batch`: one evidence document per line of standard input, one verdict per line out. A
+/// line that is no evidence document stops the run with its line number; the verdicts printed
+/// before it stand.
+fn run_batch(catalogue: &Catalogue) -> Result<()> {
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        return Err(bad_input(
+            "--batch reads evidence JSON documents from stdin, one per line",
+        ));
+    }
+    let (mut input, mut out) = (stdin.lock(), std::io::stdout().lock());
+    let mut line = Vec::new();
+    for number in 1.. {
+        line.clear();
+        let read = (&mut input)
+            .take(INPUT_LIMIT + 1)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad_input(format!("stdin line {number}: {e}")))?;
+        if read == 0 {
+            break;
+        }
+        if line.len() as u64 > INPUT_LIMIT {
+            return Err(bad_input(format!(
+                "stdin line {number}: longer than {} MiB",
+                INPUT_LIMIT >> 20
+            )));
+        }
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let evidence = evidence_from_json(&line, &format!("stdin line {number}"))?;
+        let classification = catalogue.classify(&evidence, SystemTime::now());
+        writeln!(out, "{}", json_report(&classification, &evidence)?)?;
     }
     out.flush()?;
     Ok(())
@@ -317,10 +373,15 @@ fn evidence_from_stdin(provider: Option<&str>, phase: Option<&str>) -> Result<Ev
             "--provider and --phase describe flag or text evidence: an evidence JSON document carries its own provider and phase",
         ));
     }
-    let bytes = text.into_bytes();
-    let mut evidence: Evidence = serde_json::from_slice(&bytes).map_err(|e| {
+    evidence_from_json(text.as_bytes(), "stdin")
+}
+
+/// An evidence JSON document (strict: unknown fields are refused); `place` names where it was
+/// read in an error.
+fn evidence_from_json(bytes: &[u8], place: &str) -> Result<Evidence> {
+    let mut evidence: Evidence = serde_json::from_slice(bytes).map_err(|e| {
         bad_input(format!(
-            "stdin: evidence JSON: {} (a raw JSON body is read with --body-file -)",
+            "{place}: evidence JSON: {} (a raw JSON body is read with --body-file -)",
             without_values(&e.to_string())
         ))
     })?;
@@ -328,7 +389,7 @@ fn evidence_from_stdin(provider: Option<&str>, phase: Option<&str>) -> Result<Ev
         && !(100..=599).contains(&status)
     {
         return Err(bad_input(format!(
-            "stdin: evidence JSON: status {status} is not an HTTP status (100-599)"
+            "{place}: evidence JSON: status {status} is not an HTTP status (100-599)"
         )));
     }
     evidence.provider = evidence.provider.map(|p| p.to_ascii_lowercase());

@@ -542,3 +542,45 @@ fn absurd_hints_are_capped_at_the_class_cap_not_dropped() {
     );
     assert!(text(&out.stdout).contains("capped at 30000 ms by the class cap"));
 }
+
+#[test]
+fn a_batch_of_evidence_lines_gets_one_verdict_per_line() {
+    let input = concat!(
+        r#"{"status": 429, "headers": {"retry-after": "20"}}"#,
+        "\n\n",
+        r#"{"body": "java.net.SocketTimeoutException: Read timed out"}"#,
+        "\n",
+        r#"{"status": 400, "body": "{\"error\":{\"code\":\"context_length_exceeded\"}}"}"#,
+        "\n"
+    );
+    let out = rebound(&["classify", "--batch"], Some(input));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let verdicts: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let codes: Vec<_> = verdicts.iter().map(|v| v["code"].as_str()).collect();
+    assert_eq!(
+        codes,
+        [
+            Some("rate_limited"),
+            Some("response_timeout"),
+            Some("context_overflow")
+        ]
+    );
+    assert_eq!(verdicts[0]["hint_ms"], 20_000);
+
+    // A bad line names its number; the verdicts before it stand, nothing after it is read.
+    let out = rebound(
+        &["classify", "--batch"],
+        Some("{\"status\": 503}\n{\"status\": \"x\"}\n{\"status\": 429}\n"),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stdout).lines().count(), 1);
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("stdin line 2: evidence JSON"), "{stderr}");
+    assert!(!stderr.contains("\"x\""), "{stderr}");
+
+    let out = rebound(&["classify", "--batch", "--status", "429"], Some(""));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
