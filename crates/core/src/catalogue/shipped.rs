@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 28] = [
+const SHIPPED: [(&str, &str); 32] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -104,6 +104,22 @@ const SHIPPED: [(&str, &str); 28] = [
     (
         "rules/network.toml",
         include_str!("../../../../catalogue/rules/network.toml"),
+    ),
+    (
+        "rules/runtime_jvm_dotnet.toml",
+        include_str!("../../../../catalogue/rules/runtime_jvm_dotnet.toml"),
+    ),
+    (
+        "rules/runtime_apple_dart_os.toml",
+        include_str!("../../../../catalogue/rules/runtime_apple_dart_os.toml"),
+    ),
+    (
+        "rules/runtime_go_rust_curl.toml",
+        include_str!("../../../../catalogue/rules/runtime_go_rust_curl.toml"),
+    ),
+    (
+        "rules/runtime_python_js_ruby_elixir.toml",
+        include_str!("../../../../catalogue/rules/runtime_python_js_ruby_elixir.toml"),
     ),
     (
         "rules/sdk.toml",
