@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 32] = [
+const SHIPPED: [(&str, &str); 33] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -132,6 +132,10 @@ const SHIPPED: [(&str, &str); 32] = [
     (
         "rules/proxy.toml",
         include_str!("../../../../catalogue/rules/proxy.toml"),
+    ),
+    (
+        "rules/apps.toml",
+        include_str!("../../../../catalogue/rules/apps.toml"),
     ),
 ];
 
