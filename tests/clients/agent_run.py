@@ -16,7 +16,8 @@ import time
 import urllib.request
 
 ROUTE = "agents"
-WAIT = 6  # seconds from the script's start to the reset
+WAIT = 15  # seconds from the script's start to the reset: Claude Code must have started, hit the
+# wall and printed it before then, also on a loaded machine (a reset already past is no wait)
 
 
 def profile(claude, chaos_port, home, key):

@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 33] = [
+const SHIPPED: [(&str, &str); 36] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -132,6 +132,18 @@ const SHIPPED: [(&str, &str); 33] = [
     (
         "rules/proxy.toml",
         include_str!("../../../../catalogue/rules/proxy.toml"),
+    ),
+    (
+        "rules/atlas_servers.toml",
+        include_str!("../../../../catalogue/rules/atlas_servers.toml"),
+    ),
+    (
+        "rules/atlas_sdks.toml",
+        include_str!("../../../../catalogue/rules/atlas_sdks.toml"),
+    ),
+    (
+        "rules/atlas_gateways.toml",
+        include_str!("../../../../catalogue/rules/atlas_gateways.toml"),
     ),
     (
         "rules/apps.toml",
