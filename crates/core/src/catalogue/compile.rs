@@ -273,7 +273,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             let field = format!("text_status[{}].pattern", index + 1);
             let entry = TextStatusFile::deserialize(value.clone())
                 .map_err(|e| ctx.err(Some(&field), e.message()))?;
-            let compiled = regex(&ctx, &field, &entry.pattern)?;
+            let compiled = extractor(&ctx, &field, &entry.pattern)?;
             if !compiled.capture_names().any(|n| n == Some("status")) {
                 return Err(ctx.err(Some(&field), "needs a `status` capture group"));
             }
@@ -363,6 +363,20 @@ fn matcher_set(patterns: &[String]) -> Result<RegexSet, regex::Error> {
 
 fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueError> {
     RegexBuilder::new(pattern)
+        .size_limit(REGEX_SIZE_LIMIT)
+        .build()
+        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
+}
+
+/// A pattern that captures from text the body set has already matched: built as the set is
+/// (bytes, ASCII classes), so that whatever the set matches, the captures find.
+fn extractor(
+    ctx: &Ctx<'_>,
+    field: &str,
+    pattern: &str,
+) -> Result<regex::bytes::Regex, CatalogueError> {
+    regex::bytes::RegexBuilder::new(pattern)
+        .unicode(false)
         .size_limit(REGEX_SIZE_LIMIT)
         .build()
         .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))

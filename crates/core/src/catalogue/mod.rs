@@ -49,7 +49,7 @@ pub struct Catalogue {
     body_set: RegexSet,
     needs_body: bool,
     /// `[[text_status]]` extractors; their patterns sit in `body_set` from `text_status_start`.
-    text_status: Vec<Regex>,
+    text_status: Vec<regex::bytes::Regex>,
     text_status_start: usize,
     header_slots: Vec<HeaderSlot>,
     codes: BTreeMap<Code, Option<Class>>,
@@ -179,8 +179,14 @@ impl Scan<'_> {
         let text = self.text;
         let start = catalogue.text_status_start;
         let first = (0..catalogue.text_status.len()).find(|i| self.body_matches(start + i))?;
-        let caps = catalogue.text_status.get(first)?.captures(text)?;
-        let status: u16 = caps.name("status")?.as_str().parse().ok()?;
+        let caps = catalogue
+            .text_status
+            .get(first)?
+            .captures(text.as_bytes())?;
+        let status: u16 = std::str::from_utf8(caps.name("status")?.as_bytes())
+            .ok()?
+            .parse()
+            .ok()?;
         (200..=599).contains(&status).then_some(status)
     }
 
