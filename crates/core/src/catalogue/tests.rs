@@ -331,6 +331,32 @@ fn text_that_embeds_a_status_is_classified_by_it() {
 }
 
 #[test]
+fn a_text_status_captures_what_the_body_set_matched() {
+    // The body set reads bytes with ASCII classes, so `\W` matches every byte of "é"; the
+    // extractor must read the same way, or the set's first match captures nothing and the
+    // status is lost.
+    let catalogue = compile(
+        r#"
+[[text_status]]
+pattern = '\A\W*(?P<status>[1-5]\d\d)\b'
+
+[[rule]]
+id = "t.503"
+priority = 10
+status = [503]
+code = "rate_limited"
+"#,
+    )
+    .unwrap();
+    let text = Evidence {
+        body: Some("\u{e9} 503 upstream busy".to_owned()),
+        ..Evidence::default()
+    };
+    let c = catalogue.classify(&text, now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.503"), Some(503)));
+}
+
+#[test]
 fn a_text_status_pattern_needs_a_status_group() {
     let e = err("[[text_status]]\npattern = 'Error code: \\d{3}'\n");
     assert_eq!(e.field.as_deref(), Some("text_status[1].pattern"));
