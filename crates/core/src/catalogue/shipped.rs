@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 36] = [
+const SHIPPED: [(&str, &str); 38] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -144,6 +144,14 @@ const SHIPPED: [(&str, &str); 36] = [
     (
         "rules/atlas_gateways.toml",
         include_str!("../../../../catalogue/rules/atlas_gateways.toml"),
+    ),
+    (
+        "rules/atlas_frameworks.toml",
+        include_str!("../../../../catalogue/rules/atlas_frameworks.toml"),
+    ),
+    (
+        "rules/atlas_agents.toml",
+        include_str!("../../../../catalogue/rules/atlas_agents.toml"),
     ),
     (
         "rules/apps.toml",
