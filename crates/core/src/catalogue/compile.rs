@@ -384,12 +384,7 @@ fn extractor(
 
 /// Checks one matcher pattern alone, so an error names its rule and field.
 fn matcher(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<(), CatalogueError> {
-    regex::bytes::RegexBuilder::new(pattern)
-        .unicode(false)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map(drop)
-        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
+    extractor(ctx, field, pattern).map(drop)
 }
 
 fn compile_rule(
