@@ -499,6 +499,13 @@ fn free_text_on_stdin_or_a_body_file_needs_no_status() {
         "overloaded_error: Overloaded",
     );
     assert!(described["evidence_excerpt"].is_string());
+    // A status after non-ASCII words is still read from the text (C8).
+    let translated = r#"翻译失败: 400: {"error":{"message":"Invalid value for temperature"}}"#;
+    let v = json_stdin(&["classify", "--json"], translated);
+    assert_eq!(
+        (v["status"].as_u64(), v["code"].as_str()),
+        (Some(400), Some("invalid_request"))
+    );
 }
 
 #[test]
