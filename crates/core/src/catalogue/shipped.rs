@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 38] = [
+const SHIPPED: [(&str, &str); 39] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -112,6 +112,10 @@ const SHIPPED: [(&str, &str); 38] = [
     (
         "rules/runtime_apple_dart_os.toml",
         include_str!("../../../../catalogue/rules/runtime_apple_dart_os.toml"),
+    ),
+    (
+        "rules/os_localized.toml",
+        include_str!("../../../../catalogue/rules/os_localized.toml"),
     ),
     (
         "rules/runtime_go_rust_curl.toml",
