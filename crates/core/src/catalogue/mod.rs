@@ -14,6 +14,7 @@ mod compile;
 mod file;
 mod shipped;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
@@ -156,6 +157,17 @@ fn merged<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
     })
 }
 
+/// The text with typographic apostrophes (’ and ‘) read as the ASCII one, so a rule's
+/// `you've` or `don.t` matches what a phone, a word processor or an app with smart quotes
+/// printed: the body set matches bytes, where one of those is three bytes, not one.
+fn plain_apostrophes(text: &str) -> Cow<'_, str> {
+    if text.contains('\u{2019}') || text.contains('\u{2018}') {
+        Cow::Owned(text.replace(['\u{2019}', '\u{2018}'], "'"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
 /// Lazily computed regex-set results for one classification.
 struct Scan<'a> {
     catalogue: &'a Catalogue,
@@ -287,15 +299,15 @@ impl Catalogue {
 
     /// Classifies evidence. `now` validates absolute hints (HTTP-dates, "resets at").
     pub fn classify(&self, evidence: &Evidence, now: SystemTime) -> Classification {
-        let text = if self.needs_body {
+        let text = plain_apostrophes(if self.needs_body {
             evidence.bounded_text()
         } else {
             ""
-        };
+        });
         let mut scan = Scan {
             catalogue: self,
             evidence,
-            text,
+            text: &text,
             body: None,
             headers: Vec::new(),
         };

@@ -357,6 +357,34 @@ code = "rate_limited"
 }
 
 #[test]
+fn a_typographic_apostrophe_reads_as_the_ascii_one() {
+    // The body set matches bytes: `.` is one byte and ’ is three, so a rule's `you.ve` or
+    // `you've` would miss what a phone or an app with smart quotes printed.
+    let catalogue = compile(
+        r#"
+[[rule]]
+id = "t.limit"
+priority = 10
+body = "(?i)you've hit your limit|\\bdon.t retry\\b"
+code = "rate_limited"
+"#,
+    )
+    .unwrap();
+    for text in [
+        "You\u{2019}ve hit your limit for Claude messages.",
+        "You\u{2018}ve hit your limit",
+        "Please don\u{2019}t retry",
+    ] {
+        let evidence = Evidence {
+            body: Some(text.to_owned()),
+            ..Evidence::default()
+        };
+        let c = catalogue.classify(&evidence, now());
+        assert_eq!(c.rule_id.as_deref(), Some("t.limit"), "{text}");
+    }
+}
+
+#[test]
 fn a_text_status_pattern_needs_a_status_group() {
     let e = err("[[text_status]]\npattern = 'Error code: \\d{3}'\n");
     assert_eq!(e.field.as_deref(), Some("text_status[1].pattern"));
