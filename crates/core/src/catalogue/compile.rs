@@ -282,8 +282,8 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         }
     }
 
-    // Pass 4: one regex set over bodies (rule patterns, then text-status patterns), one per
-    // header name.
+    // Pass 4: one regex set over bodies (the rules' patterns), one over the text-status
+    // patterns (scanned only for evidence without a status), one per header name.
     let mut body_patterns = Vec::new();
     let mut header_patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut staged = Vec::with_capacity(drafts.len());
@@ -310,9 +310,9 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         field: Some(what.to_owned()),
         message: one_line(&format!("the combined regex set does not compile: {e}")),
     };
-    let text_status_start = body_patterns.len();
-    body_patterns.extend(text_status_patterns);
     let body_set = matcher_set(&body_patterns).map_err(|e| set_err("body", e))?;
+    let text_status_set =
+        matcher_set(&text_status_patterns).map_err(|e| set_err("text_status", e))?;
     let mut header_slots = Vec::new();
     let mut slot_of: HashMap<String, usize> = HashMap::new();
     for (name, patterns) in header_patterns {
@@ -334,7 +334,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
     rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
     let needs_body = rules.iter().any(|r| r.body.is_some()) || !text_status.is_empty();
 
-    let (rule_of_pattern, bodiless) = Catalogue::index(&rules, text_status_start);
+    let (rule_of_pattern, bodiless) = Catalogue::index(&rules, body_patterns.len());
     Ok(Catalogue {
         version: Arc::from(version),
         rules,
@@ -343,7 +343,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         body_set,
         needs_body,
         text_status,
-        text_status_start,
+        text_status_set,
         header_slots,
         codes,
     })
@@ -368,7 +368,7 @@ fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueEr
         .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
 }
 
-/// A pattern that captures from text the body set has already matched: built as the set is
+/// A pattern that captures from text its regex set has already matched: built as the sets are
 /// (bytes, ASCII classes), so that whatever the set matches, the captures find.
 fn extractor(
     ctx: &Ctx<'_>,

@@ -49,9 +49,10 @@ pub struct Catalogue {
     bodiless: Vec<u32>,
     body_set: RegexSet,
     needs_body: bool,
-    /// `[[text_status]]` extractors; their patterns sit in `body_set` from `text_status_start`.
+    /// `[[text_status]]` extractors, and their patterns as one set, scanned only when the
+    /// evidence has no status of its own.
     text_status: Vec<regex::bytes::Regex>,
-    text_status_start: usize,
+    text_status_set: RegexSet,
     header_slots: Vec<HeaderSlot>,
     codes: BTreeMap<Code, Option<Class>>,
 }
@@ -189,8 +190,11 @@ impl Scan<'_> {
             return None;
         }
         let text = self.text;
-        let start = catalogue.text_status_start;
-        let first = (0..catalogue.text_status.len()).find(|i| self.body_matches(start + i))?;
+        let first = catalogue
+            .text_status_set
+            .matches(text.as_bytes())
+            .iter()
+            .next()?;
         let caps = catalogue
             .text_status
             .get(first)?
@@ -319,7 +323,6 @@ impl Catalogue {
         let mut matched: Vec<u32> = scan
             .body_set()
             .iter()
-            .take_while(|&p| p < self.text_status_start)
             .filter_map(|p| self.rule_of_pattern.get(p).copied())
             .collect();
         matched.sort_unstable();
