@@ -332,7 +332,10 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         .collect();
     // Highest priority first; equal priorities keep file order.
     rules.sort_by_key(|r| std::cmp::Reverse(r.priority));
-    let needs_body = rules.iter().any(|r| r.body.is_some()) || !text_status.is_empty();
+    let needs_body = !text_status.is_empty()
+        || rules
+            .iter()
+            .any(|r| r.body.is_some() || r.hints.iter().any(|h| matches!(h.from, HintFrom::Body)));
 
     let (rule_of_pattern, bodiless) = Catalogue::index(&rules, body_patterns.len());
     Ok(Catalogue {

@@ -383,7 +383,7 @@ impl Catalogue {
             (Some(class), _) => Verdict::Classified(class),
         };
         if out.hint.is_none() {
-            out.hint = rule_hint(rule, evidence, now);
+            out.hint = rule_hint(rule, evidence, &text, now);
         }
         out
     }
@@ -404,10 +404,12 @@ impl Catalogue {
     }
 }
 
-fn rule_hint(rule: &Rule, evidence: &Evidence, now: SystemTime) -> Option<Hint> {
+/// A rule's hint, read from the body text its pattern matched (`body`: bounded, apostrophes
+/// plain) or from a header.
+fn rule_hint(rule: &Rule, evidence: &Evidence, body: &str, now: SystemTime) -> Option<Hint> {
     rule.hints.iter().find_map(|extractor| {
         let text = match &extractor.from {
-            HintFrom::Body => evidence.bounded_text(),
+            HintFrom::Body => body,
             HintFrom::Header(name) => bound_text(evidence.headers.get(name)?, EVIDENCE_TEXT_LIMIT),
         };
         extractor.regex.captures_iter(text).find_map(|caps| {

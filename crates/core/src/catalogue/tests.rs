@@ -37,6 +37,13 @@ fn err(rules: &str) -> CatalogueError {
 fn evidence(status: u16, body: &str) -> Evidence {
     Evidence {
         status: Some(status),
+        ..text(body)
+    }
+}
+
+/// Text evidence: a body and nothing else, no status.
+fn text(body: &str) -> Evidence {
+    Evidence {
         body: Some(body.to_owned()),
         ..Evidence::default()
     }
@@ -304,36 +311,27 @@ code = "rate_limited"
 #[test]
 fn text_that_embeds_a_status_is_classified_by_it() {
     let catalogue = compile(TEXT_STATUS).unwrap();
-    let text = Evidence {
-        body: Some("RateLimitError: Error code: 429 - {'error': {}}".to_owned()),
-        ..Evidence::default()
-    };
-    let c = catalogue.classify(&text, now());
+    let pasted = text("RateLimitError: Error code: 429 - {'error': {}}");
+    let c = catalogue.classify(&pasted, now());
     assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
     // The evidence's own status wins over the text's.
     let own = Evidence {
         status: Some(500),
-        ..text.clone()
+        ..pasted.clone()
     };
     assert_eq!(catalogue.classify(&own, now()).rule_id, None);
     // Out-of-range or missing digits give no status.
-    let odd = Evidence {
-        body: Some("Error code: 999".to_owned()),
-        ..Evidence::default()
-    };
+    let odd = text("Error code: 999");
     assert_eq!(catalogue.classify(&odd, now()).status, None);
     // An informational 1xx is never how a request failed (a body's `"code": 109` is no status).
-    let informational = Evidence {
-        body: Some("Error code: 109".to_owned()),
-        ..Evidence::default()
-    };
+    let informational = text("Error code: 109");
     assert_eq!(catalogue.classify(&informational, now()).status, None);
 }
 
 #[test]
-fn a_text_status_captures_what_the_body_set_matched() {
-    // The body set reads bytes with ASCII classes, so `\W` matches every byte of "é"; the
-    // extractor must read the same way, or the set's first match captures nothing and the
+fn a_text_status_captures_what_its_set_matched() {
+    // The text-status set reads bytes with ASCII classes, so `\W` matches every byte of "é";
+    // the extractor must read the same way, or the set's first match captures nothing and the
     // status is lost.
     let catalogue = compile(
         r#"
@@ -348,18 +346,15 @@ code = "rate_limited"
 "#,
     )
     .unwrap();
-    let text = Evidence {
-        body: Some("\u{e9} 503 upstream busy".to_owned()),
-        ..Evidence::default()
-    };
-    let c = catalogue.classify(&text, now());
+    let c = catalogue.classify(&text("\u{e9} 503 upstream busy"), now());
     assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.503"), Some(503)));
 }
 
 #[test]
 fn a_typographic_apostrophe_reads_as_the_ascii_one() {
     // The body set matches bytes: `.` is one byte and ’ is three, so a rule's `you.ve` or
-    // `you've` would miss what a phone or an app with smart quotes printed.
+    // `you've` would miss what a phone or an app with smart quotes printed. A hint reads the
+    // same text its rule matched.
     let catalogue = compile(
         r#"
 [[rule]]
@@ -367,21 +362,23 @@ id = "t.limit"
 priority = 10
 body = "(?i)you've hit your limit|\\bdon.t retry\\b"
 code = "rate_limited"
+
+  [[rule.hint]]
+  pattern = "'retry_after': '(?P<seconds>\\d+)'"
 "#,
     )
     .unwrap();
-    for text in [
+    for body in [
         "You\u{2019}ve hit your limit for Claude messages.",
         "You\u{2018}ve hit your limit",
         "Please don\u{2019}t retry",
     ] {
-        let evidence = Evidence {
-            body: Some(text.to_owned()),
-            ..Evidence::default()
-        };
-        let c = catalogue.classify(&evidence, now());
-        assert_eq!(c.rule_id.as_deref(), Some("t.limit"), "{text}");
+        let c = catalogue.classify(&text(body), now());
+        assert_eq!(c.rule_id.as_deref(), Some("t.limit"), "{body}");
     }
+    let quoted = "You\u{2019}ve hit your limit {\u{2018}retry_after\u{2019}: \u{2018}30\u{2019}}";
+    let hint = catalogue.classify(&text(quoted), now()).hint;
+    assert_eq!(hint.map(|h| h.delay), Some(Duration::from_secs(30)));
 }
 
 #[test]
@@ -418,10 +415,7 @@ fn a_none_status_matches_only_evidence_without_a_status() {
     )
     .unwrap();
     let body = "The server had an error while processing your request.";
-    let bare = Evidence {
-        body: Some(body.to_owned()),
-        ..Evidence::default()
-    };
+    let bare = text(body);
     assert_eq!(
         c.classify(&bare, now()).rule_id.as_deref(),
         Some("x.text"),
