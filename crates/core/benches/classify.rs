@@ -74,6 +74,70 @@ fn summary() {
         text.len(),
         rate / 200_000.0,
     );
+    status_less(catalogue);
+    corpus_in_turn(catalogue);
+}
+
+/// The same 1 KiB body as an SDK prints it, with its status only in the text: the text-status
+/// patterns are scanned too (C8).
+#[expect(clippy::print_stdout, reason = "the benchmark's closing figures")]
+fn status_less(catalogue: &Catalogue) {
+    let mut evidence = BODIES.iter().find(|(n, _)| *n == "openai_429").unwrap().1.clone();
+    let body = evidence.body.take().unwrap_or_default();
+    evidence.body = Some(format!("openai.RateLimitError: Error code: 429 - {body}"));
+    evidence.status = None;
+    evidence.headers = Headers::default();
+    let mut classify = || {
+        black_box(catalogue.classify(black_box(&evidence), now()));
+    };
+    window(&mut classify);
+    let rate = median((0..7).map(|_| window(&mut classify)).collect());
+    println!(
+        "the same body with its status only in its text ({} bytes): {rate:.0} classifications per second",
+        evidence.bounded_text().len()
+    );
+}
+
+/// Every tenth text of the corpus (real errors from public threads), each classified once in
+/// turn: what a gateway meets when the errors vary, where the bodies above are classified again
+/// and again.
+#[expect(clippy::print_stdout, reason = "the benchmark's closing figures")]
+#[expect(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
+fn corpus_in_turn(catalogue: &Catalogue) {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../catalogue/corpus");
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    let mut texts: Vec<Evidence> = Vec::new();
+    for path in paths {
+        let table: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+        for item in table["item"].as_array().unwrap() {
+            texts.push(Evidence {
+                status: item
+                    .get("status")
+                    .and_then(toml::Value::as_integer)
+                    .and_then(|s| u16::try_from(s).ok()),
+                body: item.get("body").and_then(toml::Value::as_str).map(str::to_owned),
+                ..Evidence::default()
+            });
+        }
+    }
+    let sample: Vec<&Evidence> = texts.iter().step_by(10).collect();
+    let bytes: usize = sample.iter().map(|e| e.bounded_text().len()).sum();
+    let started = std::time::Instant::now();
+    for evidence in &sample {
+        black_box(catalogue.classify(black_box(evidence), now()));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "{} corpus texts in turn (mean {} bytes): {:.0} classifications per second, {:.0} µs each",
+        sample.len(),
+        bytes / sample.len().max(1),
+        sample.len() as f64 / elapsed,
+        elapsed * 1e6 / sample.len().max(1) as f64
+    );
 }
 
 static CATALOGUE: LazyLock<Catalogue> = LazyLock::new(|| Catalogue::shipped().unwrap());
