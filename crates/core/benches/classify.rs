@@ -82,7 +82,12 @@ fn summary() {
 /// patterns are scanned too (C8).
 #[expect(clippy::print_stdout, reason = "the benchmark's closing figures")]
 fn status_less(catalogue: &Catalogue) {
-    let mut evidence = BODIES.iter().find(|(n, _)| *n == "openai_429").unwrap().1.clone();
+    let mut evidence = BODIES
+        .iter()
+        .find(|(n, _)| *n == "openai_429")
+        .unwrap()
+        .1
+        .clone();
     let body = evidence.body.take().unwrap_or_default();
     evidence.body = Some(format!("openai.RateLimitError: Error code: 429 - {body}"));
     evidence.status = None;
@@ -99,10 +104,13 @@ fn status_less(catalogue: &Catalogue) {
 }
 
 /// Every tenth text of the corpus (real errors from public threads), each classified once in
-/// turn: what a gateway meets when the errors vary, where the bodies above are classified again
-/// and again.
+/// turn, then another tenth: what a gateway meets when the errors vary, where the bodies above
+/// are classified again and again.
 #[expect(clippy::print_stdout, reason = "the benchmark's closing figures")]
-#[expect(clippy::disallowed_methods, reason = "a benchmark measures wall time")]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "a benchmark measures wall time and reads the repository's corpus"
+)]
 fn corpus_in_turn(catalogue: &Catalogue) {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../catalogue/corpus");
     let mut paths: Vec<_> = std::fs::read_dir(dir)
@@ -119,25 +127,32 @@ fn corpus_in_turn(catalogue: &Catalogue) {
                     .get("status")
                     .and_then(toml::Value::as_integer)
                     .and_then(|s| u16::try_from(s).ok()),
-                body: item.get("body").and_then(toml::Value::as_str).map(str::to_owned),
+                body: item
+                    .get("body")
+                    .and_then(toml::Value::as_str)
+                    .map(str::to_owned),
                 ..Evidence::default()
             });
         }
     }
-    let sample: Vec<&Evidence> = texts.iter().step_by(10).collect();
-    let bytes: usize = sample.iter().map(|e| e.bounded_text().len()).sum();
-    let started = std::time::Instant::now();
-    for evidence in &sample {
-        black_box(catalogue.classify(black_box(evidence), now()));
+    // The first tenth meets the lazy DFA's cache while it fills; the second, other texts,
+    // meets it full, as a long-running gateway does.
+    for (pass, offset) in [("first", 0), ("then", 5)] {
+        let sample: Vec<&Evidence> = texts.iter().skip(offset).step_by(10).collect();
+        let bytes: usize = sample.iter().map(|e| e.bounded_text().len()).sum();
+        let started = std::time::Instant::now();
+        for evidence in &sample {
+            black_box(catalogue.classify(black_box(evidence), now()));
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "{pass}: {} corpus texts in turn (mean {} bytes): {:.0} classifications per second, {:.0} µs each",
+            sample.len(),
+            bytes / sample.len().max(1),
+            sample.len() as f64 / elapsed,
+            elapsed * 1e6 / sample.len().max(1) as f64
+        );
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    println!(
-        "{} corpus texts in turn (mean {} bytes): {:.0} classifications per second, {:.0} µs each",
-        sample.len(),
-        bytes / sample.len().max(1),
-        sample.len() as f64 / elapsed,
-        elapsed * 1e6 / sample.len().max(1) as f64
-    );
 }
 
 static CATALOGUE: LazyLock<Catalogue> = LazyLock::new(|| Catalogue::shipped().unwrap());

@@ -6,10 +6,10 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use regex::bytes::{RegexSet, RegexSetBuilder};
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
+use super::matcher::Matcher;
 use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile, TextStatusFile};
 use super::{Catalogue, HeaderSlot, HintExtractor, HintFrom, Rule};
 use crate::classification::{Class, Code};
@@ -18,11 +18,6 @@ use crate::hint::HintFormat;
 
 /// The compiled size bound of one regex or of a regex set.
 const REGEX_SIZE_LIMIT: usize = 32 << 20;
-
-/// The lazy DFA cache of a regex set. It holds the states a mixed stream of bodies visits in
-/// the full catalogue's one set: a cache that keeps being cleared makes the engine give up and
-/// fall back to a far slower one (at 2 MiB a mix of five 1–4 KiB bodies ran 700 times slower).
-const DFA_CACHE_LIMIT: usize = 16 << 20;
 
 /// One rule file's text and the name errors should use for it.
 #[derive(Clone, Debug)]
@@ -282,8 +277,8 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         }
     }
 
-    // Pass 4: one regex set over bodies (the rules' patterns), one over the text-status
-    // patterns (scanned only for evidence without a status), one per header name.
+    // Pass 4: one matcher over bodies (the rules' patterns), one over the text-status
+    // patterns (run only for evidence without a status), one per header name.
     let mut body_patterns = Vec::new();
     let mut header_patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut staged = Vec::with_capacity(drafts.len());
@@ -304,19 +299,21 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             .collect();
         staged.push((rule, named));
     }
-    let set_err = |what: &str, e: regex::Error| CatalogueError {
+    let set_err = |what: &str, e: String| CatalogueError {
         file: "catalogue".to_owned(),
         rule: None,
         field: Some(what.to_owned()),
-        message: one_line(&format!("the combined regex set does not compile: {e}")),
+        message: one_line(&format!("the combined patterns do not compile: {e}")),
     };
-    let body_set = matcher_set(&body_patterns).map_err(|e| set_err("body", e))?;
-    let text_status_set =
-        matcher_set(&text_status_patterns).map_err(|e| set_err("text_status", e))?;
+    let body_set =
+        Matcher::new(&body_patterns, REGEX_SIZE_LIMIT).map_err(|e| set_err("body", e))?;
+    let text_status_set = Matcher::new(&text_status_patterns, REGEX_SIZE_LIMIT)
+        .map_err(|e| set_err("text_status", e))?;
     let mut header_slots = Vec::new();
     let mut slot_of: HashMap<String, usize> = HashMap::new();
     for (name, patterns) in header_patterns {
-        let set = matcher_set(&patterns).map_err(|e| set_err(&format!("headers.{name}"), e))?;
+        let set = Matcher::new(&patterns, REGEX_SIZE_LIMIT)
+            .map_err(|e| set_err(&format!("headers.{name}"), e))?;
         slot_of.insert(name.clone(), header_slots.len());
         header_slots.push(HeaderSlot { name, set });
     }
@@ -350,18 +347,6 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         header_slots,
         codes,
     })
-}
-
-/// Matchers run over bytes with ASCII-only classes and case folding: provider messages are
-/// ASCII where it matters, and a byte DFA without Unicode word boundaries never has to give
-/// up and fall back to a slower engine. Literal non-ASCII text (e.g. Chinese relay messages)
-/// still matches as its UTF-8 bytes.
-fn matcher_set(patterns: &[String]) -> Result<RegexSet, regex::Error> {
-    RegexSetBuilder::new(patterns)
-        .unicode(false)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .dfa_size_limit(DFA_CACHE_LIMIT)
-        .build()
 }
 
 fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueError> {

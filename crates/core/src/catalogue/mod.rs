@@ -1,10 +1,11 @@
 //! The catalogue: provider knowledge as data (C1, C2, C6, C7).
 //!
 //! Rule files (TOML, see `docs/catalogue.md`) are compiled once into a [`Catalogue`]: every
-//! body pattern of every rule goes into one [`regex::bytes::RegexSet`], every header pattern into one
-//! set per header name, so classifying evidence scans its text once, however many rules there
-//! are. Only the rules whose pattern matched, and those without one, are then tried, highest
-//! priority first, with their cheap matchers (status, provider, phase, transport, event type).
+//! body pattern of every rule goes into one matcher, every header pattern into one matcher per
+//! header name. A matcher finds the literals of all its patterns in one pass over the text and
+//! checks only the patterns they point to (`matcher.rs`), however many rules there are. Only
+//! the rules whose pattern matched, and those without one, are then tried, highest priority
+//! first, with their cheap matchers (status, provider, phase, transport, event type).
 //!
 //! The catalogue never guesses: no rule, a low-confidence rule, rules of equal priority that
 //! disagree, stale evidence or a code without a class all come out
@@ -12,6 +13,7 @@
 
 mod compile;
 mod file;
+mod matcher;
 mod shipped;
 
 use std::borrow::Cow;
@@ -21,9 +23,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use regex::Regex;
-use regex::bytes::{RegexSet, SetMatches};
 
 pub use compile::{CatalogueError, Source};
+use matcher::{Matcher, Matches};
 pub use shipped::shipped_sources;
 
 use crate::classification::{
@@ -47,12 +49,12 @@ pub struct Catalogue {
     rule_of_pattern: Vec<u32>,
     /// The rules without a body pattern, in `rules` order.
     bodiless: Vec<u32>,
-    body_set: RegexSet,
+    body_set: Matcher,
     needs_body: bool,
     /// `[[text_status]]` extractors, and their patterns as one set, scanned only when the
     /// evidence has no status of its own.
     text_status: Vec<regex::bytes::Regex>,
-    text_status_set: RegexSet,
+    text_status_set: Matcher,
     header_slots: Vec<HeaderSlot>,
     codes: BTreeMap<Code, Option<Class>>,
 }
@@ -60,7 +62,7 @@ pub struct Catalogue {
 #[derive(Debug)]
 struct HeaderSlot {
     name: String,
-    set: RegexSet,
+    set: Matcher,
 }
 
 #[derive(Debug)]
@@ -174,8 +176,8 @@ struct Scan<'a> {
     catalogue: &'a Catalogue,
     evidence: &'a Evidence,
     text: &'a str,
-    body: Option<SetMatches>,
-    headers: Vec<Option<Option<SetMatches>>>,
+    body: Option<Matches>,
+    headers: Vec<Option<Option<Matches>>>,
 }
 
 impl Scan<'_> {
@@ -207,7 +209,7 @@ impl Scan<'_> {
     }
 
     /// Which patterns of the body set match the text (scanned once, on first use).
-    fn body_set(&mut self) -> &SetMatches {
+    fn body_set(&mut self) -> &Matches {
         let (set, text) = (&self.catalogue.body_set, self.text);
         self.body
             .get_or_insert_with(|| set.matches(text.as_bytes()))

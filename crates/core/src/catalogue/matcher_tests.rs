@@ -1,0 +1,134 @@
+use regex::bytes::RegexBuilder;
+
+use super::*;
+
+const LIMIT: usize = 32 << 20;
+
+/// What each pattern alone finds: the answer a matcher must give.
+fn expected(patterns: &[String], text: &[u8]) -> Vec<usize> {
+    patterns
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            RegexBuilder::new(p)
+                .unicode(false)
+                .build()
+                .unwrap()
+                .is_match(text)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+fn found(matcher: &Matcher, text: &[u8]) -> Vec<usize> {
+    matcher.matches(text).iter().collect()
+}
+
+fn owned(patterns: &[&str]) -> Vec<String> {
+    patterns.iter().map(|p| (*p).to_owned()).collect()
+}
+
+#[test]
+fn each_kind_of_pattern_is_found_as_a_regex_set_finds_it() {
+    let patterns = owned(&[
+        r"(?i)\brate limit(?:ed| exceeded)\b",          // prefix literals, case folded
+        r"(?-i:\bECONNRESET\b)|(?i)socket hang up",     // an alternation of prefixes
+        r"\b[\w.]{1,80}: Input does not match\b",       // an inner literal only
+        r"(?m)^\s*envoy overloaded\s*$",                // a literal inside a line
+        r"\A\s*\z",                                     // no literal at all
+        r"(?i)\bclaude (?:ai )?usage limit reached\b",  // long case-folded literal
+        r"用户额度不足|(?i)\bquota is not enough\b",    // non-ASCII bytes
+        r"\bfoo\b",                                     // a word boundary before the hit
+        r"(?:^|\n)Failed to resolve '",                 // a start or a new line
+    ]);
+    let matcher = Matcher::new(&patterns, LIMIT).unwrap();
+    for text in [
+        "Error: Rate Limit Exceeded for org",
+        "RATE LIMITED",
+        "read ECONNRESET",
+        "read econnreset",
+        "Error: SOCKET HANG UP",
+        "my.tool: Input does not match the expected shape",
+        "log\n  envoy overloaded \nmore",
+        "envoy overloaded in the middle",
+        "",
+        "  \n ",
+        "You have reached your Claude AI usage limit reached",
+        "错误: 用户额度不足",
+        "xfoo foo",
+        "xfoo",
+        "Failed to resolve 'api.openai.com'",
+        "a\nFailed to resolve 'x'",
+        "not Failed to resolve 'x'",
+    ] {
+        assert_eq!(
+            found(&matcher, text.as_bytes()),
+            expected(&patterns, text.as_bytes()),
+            "{text:?}"
+        );
+    }
+}
+
+#[test]
+fn a_pattern_matching_nothing_and_no_pattern_at_all_find_nothing() {
+    let matcher = Matcher::new(&owned(&["never here"]), LIMIT).unwrap();
+    assert!(found(&matcher, b"some text").is_empty());
+    let empty = Matcher::new(&[], LIMIT).unwrap();
+    assert!(found(&empty, b"some text").is_empty());
+    assert!(!empty.matches(b"x").matched(0));
+}
+
+#[test]
+fn every_corpus_and_fixture_text_finds_what_each_shipped_pattern_finds() {
+    // The shipped catalogue's body patterns, in file order.
+    let mut patterns = Vec::new();
+    for source in crate::catalogue::shipped_sources() {
+        let table: toml::Table = source.text.parse().unwrap();
+        for rule in table.get("rule").and_then(|r| r.as_array()).into_iter().flatten() {
+            if let Some(body) = rule.get("body").and_then(|b| b.as_str()) {
+                patterns.push(body.to_owned());
+            }
+        }
+    }
+    assert!(patterns.len() > 500, "{} patterns", patterns.len());
+    let matcher = Matcher::new(&patterns, LIMIT).unwrap();
+    let oracle: Vec<_> = patterns
+        .iter()
+        .map(|p| RegexBuilder::new(p).unicode(false).build().unwrap())
+        .collect();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../catalogue");
+    let mut texts = 0;
+    for dir in ["corpus", "fixtures"] {
+        let mut paths: Vec<_> = std::fs::read_dir(format!("{root}/{dir}"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        paths.sort();
+        for path in paths {
+            let table: toml::Table = std::fs::read_to_string(&path).unwrap().parse().unwrap();
+            let entries = table
+                .get("item")
+                .or_else(|| table.get("fixture"))
+                .and_then(|v| v.as_array())
+                .cloned()
+                .unwrap_or_default();
+            for entry in entries {
+                let body = entry
+                    .get("body")
+                    .or_else(|| entry.get("evidence").and_then(|e| e.get("body")))
+                    .and_then(|b| b.as_str())
+                    .unwrap_or("");
+                let text = body.as_bytes();
+                let want: Vec<usize> = oracle
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| r.is_match(text))
+                    .map(|(i, _)| i)
+                    .collect();
+                assert_eq!(found(&matcher, text), want, "{}: {body:?}", path.display());
+                texts += 1;
+            }
+        }
+    }
+    assert!(texts > 4000, "{texts} texts");
+}
