@@ -9,8 +9,8 @@ use std::sync::Arc;
 use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
-use super::matcher::Matcher;
 use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile, TextStatusFile};
+use super::matcher::Matcher;
 use super::{Catalogue, HeaderSlot, HintExtractor, HintFrom, Rule};
 use crate::classification::{Class, Code};
 use crate::evidence::TransportKind;

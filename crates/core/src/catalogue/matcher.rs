@@ -1,31 +1,39 @@
-//! Which of many patterns match a text: literals first, then only the patterns they point to.
+//! Which of many patterns match a text: one lazy DFA while it knows the text's shape, literals
+//! and the patterns they point to when it does not.
 //!
-//! One lazy DFA over a thousand unanchored, case-folded patterns is fast only on bodies it has
-//! seen: each new byte context builds a state holding every pattern's partial matches, and on
-//! varied bodies its cache fills, is cleared, and the engine falls back to a far slower one.
-//! Classifying the corpus's 4,375 real texts in turn took 9 ms each, against 4 µs for one body
-//! classified again and again.
+//! One lazy DFA over a thousand unanchored, case-folded patterns is fast on bodies it has seen
+//! (a provider's 429, again and again) and slow on new ones: each new byte context builds a
+//! state holding every pattern's partial matches (about 0.2 ms each), so varied bodies fill its
+//! cache, and a plain regex set then clears it and falls back to a far slower engine. The
+//! corpus's real texts, classified once each in turn, took 10 ms each that way.
 //!
-//! So each pattern is reached through literals that any of its matches must hold, found by
-//! [`regex_syntax`]'s literal extractor on the pattern with its ASCII letters case-folded:
+//! Here the DFA keeps its cache when it fills with states that served too few bytes, and gives
+//! up on the text; the *literal gate* answers instead. Each pattern is reached through literals
+//! that any of its matches must hold, found by [`regex_syntax`]'s literal extractor on the
+//! pattern with its ASCII letters case-folded:
 //! - *prefix* literals (every match starts with one): found by one Aho-Corasick pass, each hit is
 //!   checked by the pattern anchored at the hit, which reads only the match;
 //! - else *inner* literals (every match holds one): a hit runs the pattern once over the text;
 //! - patterns with neither (few: an empty body, a line of only a word) form a small regex set
 //!   scanned every time.
 //!
-//! The answer is the same set of patterns a [`regex::bytes::RegexSet`] of the same patterns
-//! gives; a test checks it on every corpus text.
+//! After a give-up the next few texts go straight to the gate, up to `MAX_SKIP`. Both paths
+//! give the answer a [`regex::bytes::RegexSet`] of the same patterns gives; a test checks each on
+//! every corpus and fixture text.
+
+use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
 
 use aho_corasick::AhoCorasick;
 use regex::bytes::{RegexSet, RegexSetBuilder};
+use regex_automata::hybrid::dfa::{Cache, DFA};
+use regex_automata::nfa::thompson;
+use regex_automata::util::pool::Pool;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, Input, MatchKind, PatternSet, meta};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
 use regex_syntax::hir::{Capture, Class, Hir, HirKind, Repetition};
-
-/// A literal that gates at least this many patterns checks them all in one anchored search.
-const GROUP: usize = 4;
 
 /// Literals shorter than this gate too little: a pattern whose literals are all shorter is
 /// reached by a longer inner literal or scanned every time.
@@ -40,16 +48,123 @@ enum Check {
     Anywhere,
 }
 
-/// A compiled multi-pattern matcher.
-#[derive(Debug)]
+/// The lazy DFA's cache: sized so that a mix of a few bodies classified again and again keeps
+/// its states (at 2 MiB a mix of five 1–4 KiB bodies ran 700 times slower).
+const DFA_CACHE: usize = 16 << 20;
+
+/// When the cache is full, it is cleared only if at least this many bytes were searched per
+/// state since the last clear; otherwise the search gives up and the literal gate answers.
+/// Bodies classified again and again search thousands of bytes per state; varied ones build a
+/// state every few bytes.
+const DFA_BYTES_PER_STATE: usize = 1024;
+
+/// After the DFA gives up, the next 2, 4, 8 … texts (doubling with each give-up not made up
+/// by a success), at most this many, go straight to the gate: each give-up has cost the DFA one
+/// state it could not keep (about 0.2 ms with a thousand patterns), and varied texts come in
+/// runs (a batch of logs, an outage of many providers).
+const MAX_SKIP: u32 = 1024;
+
+type NewCache = Box<dyn Fn() -> Cache + Send + Sync + UnwindSafe + RefUnwindSafe>;
+
+/// A compiled multi-pattern matcher: one lazy DFA over all the patterns, and the literal gate
+/// when the DFA gives up.
 pub(super) struct Matcher {
+    dfa: DFA,
+    caches: Pool<Cache, NewCache>,
+    gate: Gate,
+    /// Give-ups less successes (at least 0), and how many texts are still to go straight to the
+    /// gate. Shared by
+    /// threads without ordering: they only steer work, never an answer.
+    give_ups: AtomicU32,
+    skip: AtomicU32,
+}
+
+impl std::fmt::Debug for Matcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Matcher")
+            .field("patterns", &self.dfa.pattern_len())
+            .field("gate", &self.gate)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Matcher {
+    /// Compiles `patterns` over bytes with ASCII-only classes and case folding: provider
+    /// messages are ASCII where it matters, and literal non-ASCII text (a Chinese relay's
+    /// message) still matches as its UTF-8 bytes. `size_limit` bounds each compiled NFA.
+    pub(super) fn new(patterns: &[String], size_limit: usize) -> Result<Matcher, String> {
+        let dfa = DFA::builder()
+            .syntax(syntax::Config::new().unicode(false).utf8(false))
+            .thompson(thompson::Config::new().nfa_size_limit(Some(size_limit)))
+            .configure(
+                DFA::config()
+                    .match_kind(MatchKind::All)
+                    .cache_capacity(DFA_CACHE)
+                    .minimum_cache_clear_count(Some(0))
+                    .minimum_bytes_per_state(Some(DFA_BYTES_PER_STATE)),
+            )
+            .build_many(patterns)
+            .map_err(|e| e.to_string())?;
+        let owned = dfa.clone();
+        let caches: Pool<Cache, NewCache> = Pool::new(Box::new(move || owned.create_cache()));
+        Ok(Matcher {
+            dfa,
+            caches,
+            gate: Gate::new(patterns, size_limit)?,
+            give_ups: AtomicU32::new(0),
+            skip: AtomicU32::new(0),
+        })
+    }
+
+    /// The patterns that match `text`: the DFA's answer while its cache holds the states the
+    /// text needs, else the gate's (the same answer).
+    pub(super) fn matches(&self, text: &[u8]) -> Matches {
+        let skip = self.skip.load(Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Relaxed);
+            return self.gate.matches(text);
+        }
+        let mut set = PatternSet::new(self.dfa.pattern_len());
+        let mut cache = self.caches.get();
+        match self
+            .dfa
+            .try_which_overlapping_matches(&mut cache, &Input::new(text), &mut set)
+        {
+            Ok(()) => {
+                let streak = self.give_ups.load(Relaxed);
+                self.give_ups.store(streak.saturating_sub(1), Relaxed);
+                Matches(
+                    set.iter()
+                        .filter_map(|p| u32::try_from(p.as_usize()).ok())
+                        .collect(),
+                )
+            }
+            Err(_) => {
+                let streak = self.give_ups.load(Relaxed).saturating_add(1);
+                self.give_ups.store(streak, Relaxed);
+                self.skip.store(
+                    1u32.checked_shl(streak).unwrap_or(MAX_SKIP).min(MAX_SKIP),
+                    Relaxed,
+                );
+                self.gate.matches(text)
+            }
+        }
+    }
+
+    /// The literal gate's answer alone.
+    #[cfg(test)]
+    fn gated(&self, text: &[u8]) -> Matches {
+        self.gate.matches(text)
+    }
+}
+
+/// The literal-gated path: every pattern reached through its literals.
+#[derive(Debug)]
+struct Gate {
     /// Every gating literal, lower-cased, matched ignoring ASCII case.
     gate: Option<AhoCorasick>,
     /// For each literal of `gate`, the patterns it gates and how a hit is checked.
     gated: Vec<Vec<(u32, Check)>>,
-    /// For each literal of `gate` that starts [`GROUP`] patterns or more: those patterns as
-    /// one regex, searched anchored at the hit, and the pattern each of its own stands for.
-    groups: Vec<Option<(meta::Regex, Vec<u32>)>>,
     /// One regex per pattern.
     regexes: Vec<meta::Regex>,
     /// Patterns without a gating literal, and their set.
@@ -71,18 +186,15 @@ impl Matches {
     }
 }
 
-impl Matcher {
-    /// Compiles `patterns` over bytes with ASCII-only classes and case folding: provider
-    /// messages are ASCII where it matters, and literal non-ASCII text (a Chinese relay's
-    /// message) still matches as its UTF-8 bytes. `size_limit` bounds each compiled regex.
-    pub(super) fn new(patterns: &[String], size_limit: usize) -> Result<Matcher, String> {
+impl Gate {
+    fn new(patterns: &[String], size_limit: usize) -> Result<Gate, String> {
         let mut literals: Vec<Vec<u8>> = Vec::new();
         let mut gated: Vec<Vec<(u32, Check)>> = Vec::new();
         let mut index = std::collections::HashMap::new();
         let mut ungated = Vec::new();
         let mut regexes = Vec::with_capacity(patterns.len());
         for (id, pattern) in (0u32..).zip(patterns) {
-            regexes.push(build(&[pattern], size_limit)?);
+            regexes.push(build(pattern, size_limit)?);
             let hir = regex_syntax::ParserBuilder::new()
                 .unicode(false)
                 .utf8(false)
@@ -111,24 +223,6 @@ impl Matcher {
                 }
             }
         }
-        let groups = gated
-            .iter()
-            .map(|list| {
-                let starting: Vec<u32> = list
-                    .iter()
-                    .filter(|(_, check)| matches!(check, Check::At))
-                    .map(|&(id, _)| id)
-                    .collect();
-                if starting.len() < GROUP {
-                    return Ok(None);
-                }
-                let own: Vec<&String> = starting
-                    .iter()
-                    .filter_map(|&id| patterns.get(id as usize))
-                    .collect();
-                Ok(Some((build(&own, size_limit)?, starting)))
-            })
-            .collect::<Result<Vec<_>, String>>()?;
         let gate = if literals.is_empty() {
             None
         } else {
@@ -150,10 +244,9 @@ impl Matcher {
                     .map_err(|e| e.to_string())?,
             )
         };
-        Ok(Matcher {
+        Ok(Gate {
             gate,
             gated,
-            groups,
             regexes,
             ungated,
             ungated_set,
@@ -161,28 +254,15 @@ impl Matcher {
     }
 
     /// The patterns that match `text`.
-    pub(super) fn matches(&self, text: &[u8]) -> Matches {
+    fn matches(&self, text: &[u8]) -> Matches {
         let mut found: Vec<u32> = Vec::new();
         let mut anywhere_tried: Vec<u32> = Vec::new();
         if let Some(gate) = &self.gate {
             for hit in gate.find_overlapping_iter(text) {
-                let literal = hit.pattern().as_usize();
-                let Some(list) = self.gated.get(literal) else {
+                let Some(list) = self.gated.get(hit.pattern().as_usize()) else {
                     continue;
                 };
-                let group = self.groups.get(literal).and_then(Option::as_ref);
-                if let Some((regex, ids)) = group {
-                    let mut set = PatternSet::new(regex.pattern_len());
-                    let input = Input::new(text)
-                        .range(hit.start()..)
-                        .anchored(Anchored::Yes);
-                    regex.which_overlapping_matches(&input, &mut set);
-                    found.extend(set.iter().filter_map(|p| ids.get(p.as_usize()).copied()));
-                }
                 for &(id, check) in list {
-                    if group.is_some() && matches!(check, Check::At) {
-                        continue;
-                    }
                     if found.contains(&id) {
                         continue;
                     }
@@ -220,17 +300,16 @@ impl Matcher {
     }
 }
 
-/// One regex of `patterns`, each found apart from the others (for the set of those matching).
-fn build<P: AsRef<str>>(patterns: &[P], size_limit: usize) -> Result<meta::Regex, String> {
+/// One pattern's own regex, to check a literal hit.
+fn build(pattern: &str, size_limit: usize) -> Result<meta::Regex, String> {
     meta::Regex::builder()
         .syntax(syntax::Config::new().unicode(false).utf8(false))
         .configure(
             meta::Config::new()
-                .match_kind(MatchKind::All)
                 .nfa_size_limit(Some(size_limit))
                 .utf8_empty(false),
         )
-        .build_many(patterns)
+        .build(pattern)
         .map_err(|e| e.to_string())
 }
 

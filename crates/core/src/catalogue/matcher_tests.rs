@@ -20,8 +20,12 @@ fn expected(patterns: &[String], text: &[u8]) -> Vec<usize> {
         .collect()
 }
 
+/// The matcher's answer, which its literal gate alone must give too.
 fn found(matcher: &Matcher, text: &[u8]) -> Vec<usize> {
-    matcher.matches(text).iter().collect()
+    let answer: Vec<usize> = matcher.matches(text).iter().collect();
+    let gated: Vec<usize> = matcher.gated(text).iter().collect();
+    assert_eq!(answer, gated, "{:?}", String::from_utf8_lossy(text));
+    answer
 }
 
 fn owned(patterns: &[&str]) -> Vec<String> {
@@ -31,15 +35,15 @@ fn owned(patterns: &[&str]) -> Vec<String> {
 #[test]
 fn each_kind_of_pattern_is_found_as_a_regex_set_finds_it() {
     let patterns = owned(&[
-        r"(?i)\brate limit(?:ed| exceeded)\b",          // prefix literals, case folded
-        r"(?-i:\bECONNRESET\b)|(?i)socket hang up",     // an alternation of prefixes
-        r"\b[\w.]{1,80}: Input does not match\b",       // an inner literal only
-        r"(?m)^\s*envoy overloaded\s*$",                // a literal inside a line
-        r"\A\s*\z",                                     // no literal at all
-        r"(?i)\bclaude (?:ai )?usage limit reached\b",  // long case-folded literal
-        r"用户额度不足|(?i)\bquota is not enough\b",    // non-ASCII bytes
-        r"\bfoo\b",                                     // a word boundary before the hit
-        r"(?:^|\n)Failed to resolve '",                 // a start or a new line
+        r"(?i)\brate limit(?:ed| exceeded)\b", // prefix literals, case folded
+        r"(?-i:\bECONNRESET\b)|(?i)socket hang up", // an alternation of prefixes
+        r"\b[\w.]{1,80}: Input does not match\b", // an inner literal only
+        r"(?m)^\s*envoy overloaded\s*$",       // a literal inside a line
+        r"\A\s*\z",                            // no literal at all
+        r"(?i)\bclaude (?:ai )?usage limit reached\b", // long case-folded literal
+        r"用户额度不足|(?i)\bquota is not enough\b", // non-ASCII bytes
+        r"\bfoo\b",                            // a word boundary before the hit
+        r"(?:^|\n)Failed to resolve '",        // a start or a new line
     ]);
     let matcher = Matcher::new(&patterns, LIMIT).unwrap();
     for text in [
@@ -79,12 +83,21 @@ fn a_pattern_matching_nothing_and_no_pattern_at_all_find_nothing() {
 }
 
 #[test]
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the test reads the repository's corpus and fixtures"
+)]
 fn every_corpus_and_fixture_text_finds_what_each_shipped_pattern_finds() {
     // The shipped catalogue's body patterns, in file order.
     let mut patterns = Vec::new();
     for source in crate::catalogue::shipped_sources() {
         let table: toml::Table = source.text.parse().unwrap();
-        for rule in table.get("rule").and_then(|r| r.as_array()).into_iter().flatten() {
+        for rule in table
+            .get("rule")
+            .and_then(|r| r.as_array())
+            .into_iter()
+            .flatten()
+        {
             if let Some(body) = rule.get("body").and_then(|b| b.as_str()) {
                 patterns.push(body.to_owned());
             }

@@ -2,7 +2,8 @@
 //!
 //! Rule files (TOML, see `docs/catalogue.md`) are compiled once into a [`Catalogue`]: every
 //! body pattern of every rule goes into one matcher, every header pattern into one matcher per
-//! header name. A matcher finds the literals of all its patterns in one pass over the text and
+//! header name. A matcher scans the text once with one lazy DFA over all its patterns, or, for a
+//! text whose shape the DFA has no room to learn, finds the patterns' literals in one pass and
 //! checks only the patterns they point to (`matcher.rs`), however many rules there are. Only
 //! the rules whose pattern matched, and those without one, are then tried, highest priority
 //! first, with their cheap matchers (status, provider, phase, transport, event type).
