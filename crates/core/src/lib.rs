@@ -7,7 +7,7 @@
 //!
 //! ## What it owns
 //! - [`evidence`]: what a failed attempt left behind.
-//! - [`catalogue`]: provider knowledge as data: rule files compiled into regex sets, mapping
+//! - [`catalogue`]: provider knowledge as data: rule files compiled into pattern matchers, mapping
 //!   evidence to a [`classification::Classification`] (C1–C7).
 //! - [`retry_after`] and [`hint`]: server timing hints, validated (T1, T2, C6).
 //! - [`policy`] and [`backoff`]: the per-class pipeline of reset wait → retry → exhausted

@@ -16,7 +16,7 @@ use crate::classification::{Class, Code};
 use crate::evidence::TransportKind;
 use crate::hint::HintFormat;
 
-/// The compiled size bound of one regex or of a regex set.
+/// The compiled size bound of one regex or of one matcher's automaton.
 const REGEX_SIZE_LIMIT: usize = 32 << 20;
 
 /// One rule file's text and the name errors should use for it.
@@ -102,7 +102,7 @@ fn is_identifier(name: &str, extra: &[char]) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || extra.contains(&c))
 }
 
-/// A rule as parsed, before the regex sets exist.
+/// A rule as parsed, before the matchers exist.
 struct Draft {
     rule: Rule,
     body: Option<String>,
@@ -356,8 +356,8 @@ fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueEr
         .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
 }
 
-/// A pattern that captures from text its regex set has already matched: built as the sets are
-/// (bytes, ASCII classes), so that whatever the set matches, the captures find.
+/// A pattern that captures from text its matcher has already matched: built as the matchers are
+/// (bytes, ASCII classes), so that whatever the matcher finds, the captures find.
 fn extractor(
     ctx: &Ctx<'_>,
     field: &str,
