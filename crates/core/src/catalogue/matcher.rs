@@ -184,6 +184,14 @@ impl Matches {
     pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.0.iter().map(|&p| p as usize)
     }
+
+    /// The patterns that matched either text.
+    pub(super) fn union(mut self, other: &Matches) -> Matches {
+        self.0.extend_from_slice(&other.0);
+        self.0.sort_unstable();
+        self.0.dedup();
+        self
+    }
 }
 
 impl Gate {

@@ -16,6 +16,7 @@ mod compile;
 mod file;
 mod matcher;
 mod shipped;
+mod unwrap;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -209,11 +210,17 @@ impl Scan<'_> {
         (200..=599).contains(&status).then_some(status)
     }
 
-    /// Which patterns of the body set match the text (scanned once, on first use).
+    /// Which patterns of the body set match the text, or the text with a reprint undone
+    /// (`unwrap.rs`): scanned once, on first use.
     fn body_set(&mut self) -> &Matches {
         let (set, text) = (&self.catalogue.body_set, self.text);
-        self.body
-            .get_or_insert_with(|| set.matches(text.as_bytes()))
+        self.body.get_or_insert_with(|| {
+            let matches = set.matches(text.as_bytes());
+            match unwrap::unwrapped(text) {
+                Some(second) => matches.union(&set.matches(second.as_bytes())),
+                None => matches,
+            }
+        })
     }
 
     fn body_matches(&mut self, index: usize) -> bool {

@@ -1,0 +1,153 @@
+//! A second reading of a text another program printed again (C8).
+//!
+//! Relays put an upstream's error inside a JSON string (`\"type\":\"rate_limit_error\"`), web
+//! pages HTML-escape it (`&quot;`), log viewers and mail wrap it at a column ("Your credit\n
+//! balance is too low"). Rules are written for the text as the provider printed it, so such a
+//! reprint read by its words alone lost the specific rule, and a 429 around a wall was then read
+//! by its status as a rate limit. The classifier also reads the text with the reprint undone and
+//! takes the rules either reading matches.
+
+use std::borrow::Cow;
+
+/// The text with JSON string escapes and HTML entities undone and a line break between two
+/// words read as a space, when that changes it. Each step first looks for what it undoes, so a
+/// text with nothing to undo costs a few scans and no copy.
+pub(super) fn unwrapped(text: &str) -> Option<String> {
+    let mut current = Cow::Borrowed(text);
+    // Twice: a body escaped inside a string that was escaped again.
+    for _ in 0..2 {
+        if current.contains('\\') {
+            current = Cow::Owned(unescape_json(&current));
+        }
+    }
+    if current.contains('&') {
+        current = Cow::Owned(unescape_html(&current));
+    }
+    if let Some(joined) = join_wrapped_lines(&current) {
+        current = Cow::Owned(joined);
+    }
+    match current {
+        Cow::Owned(changed) if changed != text => Some(changed),
+        _ => None,
+    }
+}
+
+/// `\"`, `\\`, `\/`, `\n`, `\r`, `\t` and `\uXXXX` undone; any other backslash kept.
+fn unescape_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.peek().copied() {
+            Some(next @ ('"' | '\\' | '/')) => {
+                out.push(next);
+                chars.next();
+            }
+            Some('n') => {
+                out.push('\n');
+                chars.next();
+            }
+            Some('r') => {
+                out.push('\r');
+                chars.next();
+            }
+            Some('t') => {
+                out.push('\t');
+                chars.next();
+            }
+            Some('u') => {
+                let hex: String = chars.clone().skip(1).take(4).collect();
+                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
+                    Some(decoded) if hex.len() == 4 => {
+                        out.push(decoded);
+                        for _ in 0..5 {
+                            chars.next();
+                        }
+                    }
+                    _ => out.push('\\'),
+                }
+            }
+            _ => out.push('\\'),
+        }
+    }
+    out
+}
+
+/// The entities a web page escapes an error's text with.
+fn unescape_html(text: &str) -> String {
+    if !text.contains('&') {
+        return text.to_owned();
+    }
+    text.replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&apos;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+/// A line break between two words (a wrap: a letter, a digit or closing punctuation before it,
+/// a letter, a digit or opening punctuation after it; not an indented, blank or bracket line)
+/// read as one space, when there is one.
+fn join_wrapped_lines(text: &str) -> Option<String> {
+    let ends_word =
+        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || ".,;:!?)]'\"`".contains(c));
+    let starts_word =
+        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "(['\"`".contains(c));
+    let mut out: Option<String> = None;
+    let mut copied = 0;
+    for (at, _) in text.match_indices('\n') {
+        let line = text.get(..at).unwrap_or("");
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let next = text.get(at + 1..).and_then(|rest| rest.chars().next());
+        if !(ends_word(line.chars().next_back()) && starts_word(next)) {
+            continue;
+        }
+        let joined = out.get_or_insert_with(|| String::with_capacity(text.len()));
+        joined.push_str(text.get(copied..line.len()).unwrap_or(""));
+        joined.push(' ');
+        copied = at + 1;
+    }
+    let mut joined = out?;
+    joined.push_str(text.get(copied..).unwrap_or(""));
+    Some(joined)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_escapes_html_entities_and_wraps_are_undone() {
+        assert_eq!(
+            unwrapped(r#"{\"type\":\"rate_limit_error\",\"message\":\"It\u0027s\\n\\n\"}"#)
+                .as_deref(),
+            Some("{\"type\":\"rate_limit_error\",\"message\":\"It's\n\n\"}")
+        );
+        assert_eq!(
+            unwrapped(
+                "Your credit\nbalance is &quot;too low&quot; occurred\n(ValidationException)"
+            )
+            .as_deref(),
+            Some("Your credit balance is \"too low\" occurred (ValidationException)")
+        );
+        assert_eq!(
+            unwrapped("a\r\nb").as_deref(),
+            Some("a b"),
+            "a CRLF wrap is one space"
+        );
+    }
+
+    #[test]
+    fn a_text_with_nothing_to_undo_has_no_second_reading() {
+        assert_eq!(unwrapped("Rate limit reached for gpt-4o"), None);
+        // Indented and blank lines are structure, not a wrap.
+        assert_eq!(unwrapped("{\n    \"error\": 1\n}\n\nnext"), None);
+        // A backslash that escapes nothing JSON knows stays.
+        assert_eq!(unwrapped(r"C:\Users\app \q"), None);
+    }
+}
