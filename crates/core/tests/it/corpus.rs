@@ -82,6 +82,20 @@ impl Figures {
     }
 }
 
+impl Item {
+    /// The evidence the item records.
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            provider: self.provider.clone(),
+            phase: self.phase,
+            status: self.status,
+            headers: self.headers.clone(),
+            body: Some(self.body.clone()),
+            ..Evidence::default()
+        }
+    }
+}
+
 fn is_retryable(class: Option<Class>) -> bool {
     matches!(class, Some(Class::RateLimit | Class::Transient))
 }
@@ -144,14 +158,7 @@ fn corpus_figures() {
     for item in items() {
         let expected = Class::parse(&item.class)
             .unwrap_or_else(|| panic!("{}: unknown class {}", item.source, item.class));
-        let evidence = Evidence {
-            provider: item.provider.clone(),
-            phase: item.phase,
-            status: item.status,
-            headers: item.headers.clone(),
-            body: Some(item.body.clone()),
-            ..Evidence::default()
-        };
+        let evidence = item.evidence();
         let got = CATALOGUE.classify(&evidence, now());
         let class = got.class();
         let code = got.code.as_ref().map(|c| c.as_str().to_owned());
@@ -281,14 +288,7 @@ fn reprinted(form: &str, body: &str) -> String {
 fn corpus_texts_reprinted_by_other_programs() {
     let mut read: Vec<(Item, Evidence)> = Vec::new();
     for item in items().into_iter().filter(|i| !i.held_out) {
-        let evidence = Evidence {
-            provider: item.provider.clone(),
-            phase: item.phase,
-            status: item.status,
-            headers: item.headers.clone(),
-            body: Some(item.body.clone()),
-            ..Evidence::default()
-        };
+        let evidence = item.evidence();
         let got = CATALOGUE.classify(&evidence, now());
         let exact = got.class().map(Class::as_str) == Some(item.class.as_str())
             && got.code.as_ref().map(|c| c.as_str()) == Some(item.code.as_str());
