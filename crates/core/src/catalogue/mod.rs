@@ -15,10 +15,9 @@
 mod compile;
 mod file;
 mod matcher;
+mod reading;
 mod shipped;
-mod unwrap;
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
@@ -162,17 +161,6 @@ fn merged<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
     })
 }
 
-/// The text with typographic apostrophes (’ and ‘) read as the ASCII one, so a rule's
-/// `you've` or `don.t` matches what a phone, a word processor or an app with smart quotes
-/// printed: the body set matches bytes, where one of those is three bytes, not one.
-fn plain_apostrophes(text: &str) -> Cow<'_, str> {
-    if text.contains('\u{2019}') || text.contains('\u{2018}') {
-        Cow::Owned(text.replace(['\u{2019}', '\u{2018}'], "'"))
-    } else {
-        Cow::Borrowed(text)
-    }
-}
-
 /// Lazily computed regex-set results for one classification.
 struct Scan<'a> {
     catalogue: &'a Catalogue,
@@ -211,12 +199,12 @@ impl Scan<'_> {
     }
 
     /// Which patterns of the body set match the text, or the text with a reprint undone
-    /// (`unwrap.rs`): scanned once, on first use.
+    /// (`reading.rs`): scanned once, on first use.
     fn body_set(&mut self) -> &Matches {
         let (set, text) = (&self.catalogue.body_set, self.text);
         self.body.get_or_insert_with(|| {
             let matches = set.matches(text.as_bytes());
-            match unwrap::unwrapped(text) {
+            match reading::unwrapped(text) {
                 Some(second) => matches.union(&set.matches(second.as_bytes())),
                 None => matches,
             }
@@ -313,7 +301,7 @@ impl Catalogue {
 
     /// Classifies evidence. `now` validates absolute hints (HTTP-dates, "resets at").
     pub fn classify(&self, evidence: &Evidence, now: SystemTime) -> Classification {
-        let text = plain_apostrophes(if self.needs_body {
+        let text = reading::plain_apostrophes(if self.needs_body {
             evidence.bounded_text()
         } else {
             ""

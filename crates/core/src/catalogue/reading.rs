@@ -1,4 +1,5 @@
-//! A second reading of a text another program printed again (C8).
+//! How the classifier reads a text (C8): typographic apostrophes as the ASCII one, and a
+//! second reading of a text another program printed again.
 //!
 //! Relays put an upstream's error inside a JSON string (`\"type\":\"rate_limit_error\"`), web
 //! pages HTML-escape it (`&quot;`), log viewers and mail wrap it at a column ("Your credit\n
@@ -8,6 +9,17 @@
 //! takes the rules either reading matches.
 
 use std::borrow::Cow;
+
+/// The text with typographic apostrophes (’ and ‘) read as the ASCII one, so a rule's
+/// `you've` or `don.t` matches what a phone, a word processor or an app with smart quotes
+/// printed: the body set matches bytes, where one of those is three bytes, not one.
+pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
+    if text.contains('\u{2019}') || text.contains('\u{2018}') {
+        Cow::Owned(text.replace(['\u{2019}', '\u{2018}'], "'"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
 
 /// The text with JSON string escapes and HTML entities undone and a line break between two
 /// words read as a space, when that changes it. Each step first looks for what it undoes, so a
