@@ -10,7 +10,7 @@ use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
 use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile, TextStatusFile};
-use super::matcher::Matcher;
+use super::matcher::{BuildError, Matcher};
 use super::{Catalogue, HeaderSlot, HintExtractor, HintFrom, Rule};
 use crate::classification::{Class, Code};
 use crate::evidence::TransportKind;
@@ -104,6 +104,8 @@ fn is_identifier(name: &str, extra: &[char]) -> bool {
 
 /// A rule as parsed, before the matchers exist.
 struct Draft {
+    /// The file the rule is in, for errors found once its patterns are compiled together.
+    file: String,
     rule: Rule,
     body: Option<String>,
     headers: Vec<(String, String)>,
@@ -281,12 +283,16 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
     // patterns (run only for evidence without a status), one per header name.
     let mut body_patterns = Vec::new();
     let mut header_patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    // The file and rule each pattern came from, to name them in a compile error.
+    let mut body_owners: Vec<(String, String)> = Vec::new();
+    let mut header_owners: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
     let mut staged = Vec::with_capacity(drafts.len());
     for draft in drafts {
         let mut rule = draft.rule;
         if let Some(body) = draft.body {
             rule.body = Some(body_patterns.len());
             body_patterns.push(body);
+            body_owners.push((draft.file.clone(), rule.id.to_string()));
         }
         let named: Vec<(String, usize)> = draft
             .headers
@@ -294,26 +300,47 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             .map(|(name, pattern)| {
                 let patterns = header_patterns.entry(name.clone()).or_default();
                 patterns.push(pattern);
+                header_owners
+                    .entry(name.clone())
+                    .or_default()
+                    .push((draft.file.clone(), rule.id.to_string()));
                 (name, patterns.len() - 1)
             })
             .collect();
         staged.push((rule, named));
     }
-    let set_err = |what: &str, e: String| CatalogueError {
-        file: "catalogue".to_owned(),
-        rule: None,
-        field: Some(what.to_owned()),
-        message: one_line(&format!("the combined patterns do not compile: {e}")),
+    // A pattern is checked alone only for its syntax (`matcher`); its compiled size is known
+    // when the matcher compiles it, and an error then names the rule it came from.
+    let set_err = |what: &str, owners: &[(String, String)], e: BuildError| match e
+        .pattern
+        .and_then(|i| owners.get(i))
+    {
+        Some((file, rule)) => CatalogueError {
+            file: file.clone(),
+            rule: Some(rule.clone()),
+            field: Some(what.to_owned()),
+            message: one_line(&format!("invalid regex: {}", e.message)),
+        },
+        None => CatalogueError {
+            file: "catalogue".to_owned(),
+            rule: None,
+            field: Some(what.to_owned()),
+            message: one_line(&format!(
+                "the combined patterns do not compile: {}",
+                e.message
+            )),
+        },
     };
-    let body_set =
-        Matcher::new(&body_patterns, REGEX_SIZE_LIMIT).map_err(|e| set_err("body", e))?;
+    let body_set = Matcher::new(&body_patterns, REGEX_SIZE_LIMIT)
+        .map_err(|e| set_err("body", &body_owners, e))?;
     let text_status_set = Matcher::new(&text_status_patterns, REGEX_SIZE_LIMIT)
-        .map_err(|e| set_err("text_status", e))?;
+        .map_err(|e| set_err("text_status", &[], e))?;
     let mut header_slots = Vec::new();
     let mut slot_of: HashMap<String, usize> = HashMap::new();
     for (name, patterns) in header_patterns {
+        let owners = header_owners.get(&name).map_or(&[][..], Vec::as_slice);
         let set = Matcher::new(&patterns, REGEX_SIZE_LIMIT)
-            .map_err(|e| set_err(&format!("headers.{name}"), e))?;
+            .map_err(|e| set_err(&format!("headers.{name}"), owners, e))?;
         slot_of.insert(name.clone(), header_slots.len());
         header_slots.push(HeaderSlot { name, set });
     }
@@ -370,9 +397,16 @@ fn extractor(
         .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
 }
 
-/// Checks one matcher pattern alone, so an error names its rule and field.
+/// Checks one matcher pattern's syntax alone, so an error names its rule and field; its size is
+/// checked when its matcher compiles it.
 fn matcher(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<(), CatalogueError> {
-    extractor(ctx, field, pattern).map(drop)
+    regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .build()
+        .parse(pattern)
+        .map(drop)
+        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
 }
 
 fn compile_rule(
@@ -489,6 +523,7 @@ fn compile_rule(
         class.map_or(crate::classification::Scope::Request, Class::default_scope)
     });
     Ok(Draft {
+        file: ctx.file.to_owned(),
         rule: Rule {
             id: Arc::from(file.id.as_str()),
             priority: file.priority,

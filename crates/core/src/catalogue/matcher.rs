@@ -92,7 +92,9 @@ impl Matcher {
     /// Compiles `patterns` over bytes with ASCII-only classes and case folding: provider
     /// messages are ASCII where it matters, and literal non-ASCII text (a Chinese relay's
     /// message) still matches as its UTF-8 bytes. `size_limit` bounds each compiled NFA.
-    pub(super) fn new(patterns: &[String], size_limit: usize) -> Result<Matcher, String> {
+    pub(super) fn new(patterns: &[String], size_limit: usize) -> Result<Matcher, BuildError> {
+        // The gate first: it compiles each pattern alone, so an error there names the pattern.
+        let gate = Gate::new(patterns, size_limit)?;
         let dfa = DFA::builder()
             .syntax(syntax::Config::new().unicode(false).utf8(false))
             .thompson(thompson::Config::new().nfa_size_limit(Some(size_limit)))
@@ -104,13 +106,13 @@ impl Matcher {
                     .minimum_bytes_per_state(Some(DFA_BYTES_PER_STATE)),
             )
             .build_many(patterns)
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| BuildError::of(None)(&e))?;
         let owned = dfa.clone();
         let caches: Pool<Cache, NewCache> = Pool::new(Box::new(move || owned.create_cache()));
         Ok(Matcher {
             dfa,
             caches,
-            gate: Gate::new(patterns, size_limit)?,
+            gate,
             give_ups: AtomicU32::new(0),
             skip: AtomicU32::new(0),
         })
@@ -172,6 +174,22 @@ struct Gate {
     ungated_set: Option<RegexSet>,
 }
 
+/// Why a matcher does not compile: the pattern to blame, when one is.
+#[derive(Debug)]
+pub(super) struct BuildError {
+    pub(super) pattern: Option<usize>,
+    pub(super) message: String,
+}
+
+impl BuildError {
+    fn of(pattern: Option<usize>) -> impl Fn(&dyn std::fmt::Display) -> BuildError {
+        move |e| BuildError {
+            pattern,
+            message: e.to_string(),
+        }
+    }
+}
+
 /// The patterns that matched one text, in ascending order.
 #[derive(Debug, Default)]
 pub(super) struct Matches(Vec<u32>);
@@ -195,20 +213,21 @@ impl Matches {
 }
 
 impl Gate {
-    fn new(patterns: &[String], size_limit: usize) -> Result<Gate, String> {
+    fn new(patterns: &[String], size_limit: usize) -> Result<Gate, BuildError> {
         let mut literals: Vec<Vec<u8>> = Vec::new();
         let mut gated: Vec<Vec<(u32, Check)>> = Vec::new();
         let mut index = std::collections::HashMap::new();
         let mut ungated = Vec::new();
         let mut regexes = Vec::with_capacity(patterns.len());
         for (id, pattern) in (0u32..).zip(patterns) {
-            regexes.push(build(pattern, size_limit)?);
+            let blame = BuildError::of(Some(id as usize));
+            regexes.push(build(pattern, size_limit).map_err(|e| blame(&e))?);
             let hir = regex_syntax::ParserBuilder::new()
                 .unicode(false)
                 .utf8(false)
                 .build()
                 .parse(pattern)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| blame(&e))?;
             let hir = fold_case(&hir);
             let (found, check) = match prefix_literals(&hir) {
                 Some(found) => (found, Check::At),
@@ -238,7 +257,7 @@ impl Gate {
                 AhoCorasick::builder()
                     .ascii_case_insensitive(true)
                     .build(&literals)
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| BuildError::of(None)(&e))?,
             )
         };
         let ungated_set = if ungated.is_empty() {
@@ -249,7 +268,7 @@ impl Gate {
                     .unicode(false)
                     .size_limit(size_limit)
                     .build()
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| BuildError::of(None)(&e))?,
             )
         };
         Ok(Gate {

@@ -496,3 +496,25 @@ code = "rate_limited"
     assert_eq!(decide(429, "busy").as_deref(), Some("x.low_body"));
     assert_eq!(decide(429, "nothing").as_deref(), None);
 }
+
+#[test]
+fn a_pattern_too_large_to_compile_names_its_rule() {
+    // Valid syntax, checked alone; its size is known only when the matcher compiles it.
+    let e = err(r#"
+[[rule]]
+id = "small"
+priority = 10
+body = "overloaded"
+code = "overloaded"
+
+[[rule]]
+id = "huge"
+priority = 10
+body = '(?:[a-z]{1000}){1000}'
+code = "overloaded"
+"#);
+    assert_eq!(e.file, "user/rules.toml");
+    assert_eq!(e.rule.as_deref(), Some("huge"));
+    assert_eq!(e.field.as_deref(), Some("body"));
+    assert!(e.message.starts_with("invalid regex:"), "{e}");
+}
