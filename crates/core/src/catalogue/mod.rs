@@ -161,18 +161,47 @@ fn merged<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
     })
 }
 
+/// The first status `text` embeds, per the catalogue's `[[text_status]]` (C8).
+fn text_status(catalogue: &Catalogue, text: &str) -> Option<u16> {
+    let first = catalogue
+        .text_status_set
+        .matches(text.as_bytes())
+        .iter()
+        .next()?;
+    let caps = catalogue
+        .text_status
+        .get(first)?
+        .captures(text.as_bytes())?;
+    let status: u16 = std::str::from_utf8(caps.name("status")?.as_bytes())
+        .ok()?
+        .parse()
+        .ok()?;
+    (200..=599).contains(&status).then_some(status)
+}
+
 /// Lazily computed regex-set results for one classification.
 struct Scan<'a> {
     catalogue: &'a Catalogue,
     evidence: &'a Evidence,
     text: &'a str,
+    /// The text with a reprint undone (`reading.rs`), when that changes it: computed once.
+    second: Option<Option<String>>,
     body: Option<Matches>,
     headers: Vec<Option<Option<Matches>>>,
 }
 
 impl Scan<'_> {
+    /// The text with a reprint undone, if that changes it.
+    fn second(&mut self) -> Option<&str> {
+        let text = self.text;
+        self.second
+            .get_or_insert_with(|| reading::unwrapped(text))
+            .as_deref()
+    }
+
     /// The status the evidence carries, or else the first one its text embeds (`Error code:
-    /// 429`, `status_code: 400`, `HTTP 429`), per the catalogue's `[[text_status]]` (C8).
+    /// 429`, `status_code: 400`, `HTTP 429`), per the catalogue's `[[text_status]]` (C8); the
+    /// text as printed first, then with a reprint undone (`{\"error\":{\"code\":429`).
     fn status(&mut self) -> Option<u16> {
         if self.evidence.status.is_some() {
             return self.evidence.status;
@@ -182,33 +211,22 @@ impl Scan<'_> {
             return None;
         }
         let text = self.text;
-        let first = catalogue
-            .text_status_set
-            .matches(text.as_bytes())
-            .iter()
-            .next()?;
-        let caps = catalogue
-            .text_status
-            .get(first)?
-            .captures(text.as_bytes())?;
-        let status: u16 = std::str::from_utf8(caps.name("status")?.as_bytes())
-            .ok()?
-            .parse()
-            .ok()?;
-        (200..=599).contains(&status).then_some(status)
+        text_status(catalogue, text).or_else(|| text_status(catalogue, self.second()?))
     }
 
     /// Which patterns of the body set match the text, or the text with a reprint undone
     /// (`reading.rs`): scanned once, on first use.
     fn body_set(&mut self) -> &Matches {
-        let (set, text) = (&self.catalogue.body_set, self.text);
-        self.body.get_or_insert_with(|| {
-            let matches = set.matches(text.as_bytes());
-            match reading::unwrapped(text) {
+        if self.body.is_none() {
+            let set = &self.catalogue.body_set;
+            let matches = set.matches(self.text.as_bytes());
+            let matches = match self.second() {
                 Some(second) => matches.union(&set.matches(second.as_bytes())),
                 None => matches,
-            }
-        })
+            };
+            self.body = Some(matches);
+        }
+        self.body.get_or_insert_with(Matches::default)
     }
 
     fn body_matches(&mut self, index: usize) -> bool {
@@ -310,6 +328,7 @@ impl Catalogue {
             catalogue: self,
             evidence,
             text: &text,
+            second: None,
             body: None,
             headers: Vec::new(),
         };
@@ -381,7 +400,8 @@ impl Catalogue {
             (Some(class), _) => Verdict::Classified(class),
         };
         if out.hint.is_none() {
-            out.hint = rule_hint(rule, evidence, &text, now);
+            out.hint = rule_hint(rule, evidence, &text, now)
+                .or_else(|| rule_hint(rule, evidence, scan.second()?, now));
         }
         out
     }

@@ -102,14 +102,15 @@ fn unescape_html(text: &str) -> String {
         .replace("&amp;", "&")
 }
 
-/// A line break between two words (a wrap: a letter, a digit or closing punctuation before it,
-/// a letter, a digit or opening punctuation after it; not an indented, blank or bracket line)
+/// A line break between two words (a wrap: a letter, a digit, closing punctuation or a key's `=`
+/// before it, a letter, a digit, opening punctuation or a path's `/` after it; not an indented,
+/// blank or bracket line)
 /// read as one space, when there is one.
 fn join_wrapped_lines(text: &str) -> Option<String> {
     let ends_word =
-        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || ".,;:!?)]'\"`".contains(c));
+        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || ".,;:!?)]'\"`=".contains(c));
     let starts_word =
-        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "(['\"`".contains(c));
+        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "(['\"`/".contains(c));
     let mut out: Option<String> = None;
     let mut copied = 0;
     for (at, _) in text.match_indices('\n') {
@@ -151,6 +152,11 @@ mod tests {
             unwrapped("a\r\nb").as_deref(),
             Some("a b"),
             "a CRLF wrap is one space"
+        );
+        assert_eq!(
+            unwrapped("error=\"could not load model: desc =\nstat /models\" status=500 [ai-proxy]\n/usr/kong").as_deref(),
+            Some("error=\"could not load model: desc = stat /models\" status=500 [ai-proxy] /usr/kong"),
+            "a log line wrapped after a key's `=` or before a path"
         );
     }
 

@@ -329,6 +329,35 @@ fn text_that_embeds_a_status_is_classified_by_it() {
 }
 
 #[test]
+fn a_reprinted_text_gives_its_status_and_hint_too() {
+    // A relay escaped the provider's line break inside a JSON string: `\nError code: 429`
+    // has no word boundary before `Error`, and a reset split by a wrap is not one number
+    // apart from its unit. Both are read from the text with the reprint undone.
+    let catalogue = compile(
+        r#"
+[[text_status]]
+pattern = '\bError code: (?P<status>\d{3})'
+
+[[rule]]
+id = "t.429"
+priority = 10
+status = [429]
+code = "rate_limited"
+
+  [[rule.hint]]
+  pattern = 'try again in (?P<seconds>\d+) seconds'
+"#,
+    )
+    .unwrap();
+    let escaped = text(r#"{"detail":"upstream said:\nError code: 429"}"#);
+    let c = catalogue.classify(&escaped, now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
+    let wrapped = text("Error code: 429. Please try again\nin 20 seconds.");
+    let c = catalogue.classify(&wrapped, now());
+    assert_eq!(c.hint.map(|h| h.delay), Some(Duration::from_secs(20)));
+}
+
+#[test]
 fn a_text_status_captures_what_its_set_matched() {
     // The text-status set reads bytes with ASCII classes, so `\W` matches every byte of "é";
     // the extractor must read the same way, or the set's first match captures nothing and the
