@@ -22,6 +22,7 @@
 //! every corpus and fixture text.
 
 use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::sync::OnceLock;
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -93,7 +94,7 @@ impl Matcher {
     /// messages are ASCII where it matters, and literal non-ASCII text (a Chinese relay's
     /// message) still matches as its UTF-8 bytes. `size_limit` bounds each compiled NFA.
     pub(super) fn new(patterns: &[String], size_limit: usize) -> Result<Matcher, BuildError> {
-        // The gate first: it compiles each pattern alone, so an error there names the pattern.
+        // The gate first: it parses each pattern alone, so a syntax error names the pattern.
         let gate = Gate::new(patterns, size_limit)?;
         let dfa = DFA::builder()
             .syntax(syntax::Config::new().unicode(false).utf8(false))
@@ -106,7 +107,7 @@ impl Matcher {
                     .minimum_bytes_per_state(Some(DFA_BYTES_PER_STATE)),
             )
             .build_many(patterns)
-            .map_err(|e| BuildError::of(None)(&e))?;
+            .map_err(|e| too_large(patterns, size_limit, &e))?;
         let owned = dfa.clone();
         let caches: Pool<Cache, NewCache> = Pool::new(Box::new(move || owned.create_cache()));
         Ok(Matcher {
@@ -167,8 +168,11 @@ struct Gate {
     gate: Option<AhoCorasick>,
     /// For each literal of `gate`, the patterns it gates and how a hit is checked.
     gated: Vec<Vec<(u32, Check)>>,
-    /// One regex per pattern.
-    regexes: Vec<meta::Regex>,
+    /// The patterns, and one regex per pattern, built on its first literal hit: most patterns
+    /// are never hit in a process, and building them all took 140 ms of every start.
+    patterns: Vec<String>,
+    size_limit: usize,
+    regexes: Vec<OnceLock<Option<meta::Regex>>>,
     /// Patterns without a gating literal, and their set.
     ungated: Vec<u32>,
     ungated_set: Option<RegexSet>,
@@ -218,10 +222,8 @@ impl Gate {
         let mut gated: Vec<Vec<(u32, Check)>> = Vec::new();
         let mut index = std::collections::HashMap::new();
         let mut ungated = Vec::new();
-        let mut regexes = Vec::with_capacity(patterns.len());
         for (id, pattern) in (0u32..).zip(patterns) {
             let blame = BuildError::of(Some(id as usize));
-            regexes.push(build(pattern, size_limit).map_err(|e| blame(&e))?);
             let hir = regex_syntax::ParserBuilder::new()
                 .unicode(false)
                 .utf8(false)
@@ -268,16 +270,28 @@ impl Gate {
                     .unicode(false)
                     .size_limit(size_limit)
                     .build()
-                    .map_err(|e| BuildError::of(None)(&e))?,
+                    .map_err(|e| too_large(patterns, size_limit, &e))?,
             )
         };
         Ok(Gate {
             gate,
             gated,
-            regexes,
+            patterns: patterns.to_vec(),
+            size_limit,
+            regexes: patterns.iter().map(|_| OnceLock::new()).collect(),
             ungated,
             ungated_set,
         })
+    }
+
+    /// Pattern `id`'s own regex, built on first use. It builds: the DFA over all the patterns
+    /// built within the same size limit.
+    fn regex(&self, id: u32) -> Option<&meta::Regex> {
+        let pattern = self.patterns.get(id as usize)?;
+        self.regexes
+            .get(id as usize)?
+            .get_or_init(|| build(pattern, self.size_limit).ok())
+            .as_ref()
     }
 
     /// The patterns that match `text`.
@@ -293,7 +307,7 @@ impl Gate {
                     if found.contains(&id) {
                         continue;
                     }
-                    let Some(regex) = self.regexes.get(id as usize) else {
+                    let Some(regex) = self.regex(id) else {
                         continue;
                     };
                     let input = match check {
@@ -325,6 +339,20 @@ impl Gate {
         found.dedup();
         Matches(found)
     }
+}
+
+/// Why the patterns do not compile together: the first pattern that does not compile alone
+/// within `size_limit`, if one does not (the error then names its rule), else the set.
+fn too_large(patterns: &[String], size_limit: usize, error: &dyn std::fmt::Display) -> BuildError {
+    patterns
+        .iter()
+        .enumerate()
+        .find_map(|(i, p)| {
+            build(p, size_limit)
+                .err()
+                .map(|e| BuildError::of(Some(i))(&e))
+        })
+        .unwrap_or_else(|| BuildError::of(None)(error))
 }
 
 /// One pattern's own regex, to check a literal hit.
