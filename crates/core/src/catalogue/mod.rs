@@ -161,8 +161,8 @@ fn merged<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
     })
 }
 
-/// The first status `text` embeds, per the catalogue's `[[text_status]]` (C8).
-fn text_status(catalogue: &Catalogue, text: &str) -> Option<u16> {
+/// The first `[[text_status]]` pattern that matches `text`, and its status (C8).
+fn text_status(catalogue: &Catalogue, text: &str) -> Option<(usize, u16)> {
     let first = catalogue
         .text_status_set
         .matches(text.as_bytes())
@@ -176,7 +176,7 @@ fn text_status(catalogue: &Catalogue, text: &str) -> Option<u16> {
         .ok()?
         .parse()
         .ok()?;
-    (200..=599).contains(&status).then_some(status)
+    (200..=599).contains(&status).then_some((first, status))
 }
 
 /// Lazily computed regex-set results for one classification.
@@ -200,8 +200,8 @@ impl Scan<'_> {
     }
 
     /// The status the evidence carries, or else the first one its text embeds (`Error code:
-    /// 429`, `status_code: 400`, `HTTP 429`), per the catalogue's `[[text_status]]` (C8); the
-    /// text as printed first, then with a reprint undone (`{\"error\":{\"code\":429`).
+    /// 429`, `status_code: 400`, `HTTP 429`), per the catalogue's `[[text_status]]` (C8), read
+    /// in the text as printed and with a reprint undone (`{\"error\":{\"code\":429`).
     fn status(&mut self) -> Option<u16> {
         if self.evidence.status.is_some() {
             return self.evidence.status;
@@ -210,8 +210,16 @@ impl Scan<'_> {
         if catalogue.text_status.is_empty() || self.text.is_empty() {
             return None;
         }
+        // Both readings, and the pattern first in the catalogue's order decides, as if the
+        // two were one text: a wrapped "status code\n400" must not lose to a later pattern's
+        // `"code": 500` that the text as printed still shows.
         let text = self.text;
-        text_status(catalogue, text).or_else(|| text_status(catalogue, self.second()?))
+        let printed = text_status(catalogue, text);
+        let second = self.second().and_then(|t| text_status(catalogue, t));
+        match (printed, second) {
+            (Some(a), Some(b)) => Some(if b.0 < a.0 { b.1 } else { a.1 }),
+            (a, b) => a.or(b).map(|(_, status)| status),
+        }
     }
 
     /// Which patterns of the body set match the text, or the text with a reprint undone

@@ -352,6 +352,12 @@ code = "rate_limited"
     let escaped = text(r#"{"detail":"upstream said:\nError code: 429"}"#);
     let c = catalogue.classify(&escaped, now());
     assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
+    // Both readings' patterns count in the catalogue's order, as if they were one text: a
+    // wrap inside "status code 400" must not hand the status to a later pattern's "code": 500.
+    let shipped = Catalogue::shipped().unwrap();
+    let split =
+        text("{\"code\": 500, \"message\": \"bad response status code\n400 (request id: 1)\"}");
+    assert_eq!(shipped.classify(&split, now()).status, Some(400));
     let wrapped = text("Error code: 429. Please try again\nin 20 seconds.");
     let c = catalogue.classify(&wrapped, now());
     assert_eq!(c.hint.map(|h| h.delay), Some(Duration::from_secs(20)));
