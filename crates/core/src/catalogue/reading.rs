@@ -14,7 +14,12 @@ use std::borrow::Cow;
 /// `you've` or `don.t` matches what a phone, a word processor or an app with smart quotes
 /// printed: the body set matches bytes, where one of those is three bytes, not one.
 pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
-    if text.contains('\u{2019}') || text.contains('\u{2018}') {
+    // Both are E2 80 98/99 in UTF-8: one vectorised search for the lead byte, usually absent.
+    let bytes = text.as_bytes();
+    let typographic = memchr::memchr_iter(0xE2, bytes).any(|at| {
+        bytes.get(at + 1) == Some(&0x80) && matches!(bytes.get(at + 2), Some(0x98 | 0x99))
+    });
+    if typographic {
         Cow::Owned(text.replace(['\u{2019}', '\u{2018}'], "'"))
     } else {
         Cow::Borrowed(text)
@@ -25,14 +30,16 @@ pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
 /// words read as a space, when that changes it. Each step first looks for what it undoes, so a
 /// text with nothing to undo costs a few scans and no copy.
 pub(super) fn unwrapped(text: &str) -> Option<String> {
+    // Most texts hold none of what a reprint leaves: one vectorised pass says so.
+    memchr::memchr3(b'\\', b'&', b'\n', text.as_bytes())?;
     let mut current = Cow::Borrowed(text);
     // Twice: a body escaped inside a string that was escaped again.
     for _ in 0..2 {
-        if current.contains('\\') {
+        if memchr::memchr(b'\\', current.as_bytes()).is_some() {
             current = Cow::Owned(unescape_json(&current));
         }
     }
-    if current.contains('&') {
+    if memchr::memchr(b'&', current.as_bytes()).is_some() {
         current = Cow::Owned(unescape_html(&current));
     }
     if let Some(joined) = join_wrapped_lines(&current) {
@@ -107,13 +114,21 @@ fn unescape_html(text: &str) -> String {
 /// blank or bracket line)
 /// read as one space, when there is one.
 fn join_wrapped_lines(text: &str) -> Option<String> {
-    let ends_word =
-        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || ".,;:!?)]'\"`=".contains(c));
-    let starts_word =
-        |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "(['\"`/".contains(c));
+    let ends_word = |c: Option<char>| {
+        c.is_some_and(|c| {
+            c.is_alphanumeric()
+                || matches!(
+                    c,
+                    '.' | ',' | ';' | ':' | '!' | '?' | ')' | ']' | '\'' | '"' | '`' | '='
+                )
+        })
+    };
+    let starts_word = |c: Option<char>| {
+        c.is_some_and(|c| c.is_alphanumeric() || matches!(c, '(' | '[' | '\'' | '"' | '`' | '/'))
+    };
     let mut out: Option<String> = None;
     let mut copied = 0;
-    for (at, _) in text.match_indices('\n') {
+    for at in memchr::memchr_iter(b'\n', text.as_bytes()) {
         let line = text.get(..at).unwrap_or("");
         let line = line.strip_suffix('\r').unwrap_or(line);
         let next = text.get(at + 1..).and_then(|rest| rest.chars().next());
