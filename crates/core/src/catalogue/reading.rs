@@ -51,62 +51,68 @@ pub(super) fn unwrapped(text: &str) -> Option<String> {
     }
 }
 
-/// `\"`, `\\`, `\/`, `\n`, `\r`, `\t` and `\uXXXX` undone; any other backslash kept.
+/// `\"`, `\\`, `\/`, `\n`, `\r`, `\t` and `\uXXXX` undone; any other backslash kept. The text
+/// between escapes is copied whole.
 fn unescape_json(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        match chars.peek().copied() {
-            Some(next @ ('"' | '\\' | '/')) => {
-                out.push(next);
-                chars.next();
+    let mut rest = text;
+    while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
+        out.push_str(rest.get(..at).unwrap_or(""));
+        let after = rest.get(at + 1..).unwrap_or("");
+        let decoded = match after.as_bytes().first() {
+            Some(&next @ (b'"' | b'\\' | b'/')) => Some((char::from(next), 1)),
+            Some(b'n') => Some(('\n', 1)),
+            Some(b'r') => Some(('\r', 1)),
+            Some(b't') => Some(('\t', 1)),
+            Some(b'u') => after
+                .get(1..5)
+                .filter(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+                .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+                .and_then(char::from_u32)
+                .map(|c| (c, 5)),
+            _ => None,
+        };
+        match decoded {
+            Some((c, used)) => {
+                out.push(c);
+                rest = after.get(used..).unwrap_or("");
             }
-            Some('n') => {
-                out.push('\n');
-                chars.next();
+            None => {
+                out.push('\\');
+                rest = after;
             }
-            Some('r') => {
-                out.push('\r');
-                chars.next();
-            }
-            Some('t') => {
-                out.push('\t');
-                chars.next();
-            }
-            Some('u') => {
-                let hex: String = chars.clone().skip(1).take(4).collect();
-                match u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32) {
-                    Some(decoded) if hex.len() == 4 => {
-                        out.push(decoded);
-                        for _ in 0..5 {
-                            chars.next();
-                        }
-                    }
-                    _ => out.push('\\'),
-                }
-            }
-            _ => out.push('\\'),
         }
     }
+    out.push_str(rest);
     out
 }
 
-/// The entities a web page escapes an error's text with.
+/// The entities a web page escapes an error's text with, undone in one pass (`&amp;lt;` is
+/// `&lt;`, not `<`).
 fn unescape_html(text: &str) -> String {
-    if !text.contains('&') {
-        return text.to_owned();
+    const ENTITIES: [(&str, char); 7] = [
+        ("&quot;", '"'),
+        ("&#39;", '\''),
+        ("&#x27;", '\''),
+        ("&apos;", '\''),
+        ("&lt;", '<'),
+        ("&gt;", '>'),
+        ("&amp;", '&'),
+    ];
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = memchr::memchr(b'&', rest.as_bytes()) {
+        out.push_str(rest.get(..at).unwrap_or(""));
+        let from = rest.get(at..).unwrap_or("");
+        let (decoded, used) = ENTITIES
+            .iter()
+            .find(|(entity, _)| from.starts_with(entity))
+            .map_or(('&', 1), |&(entity, c)| (c, entity.len()));
+        out.push(decoded);
+        rest = from.get(used..).unwrap_or("");
     }
-    text.replace("&quot;", "\"")
-        .replace("&#39;", "'")
-        .replace("&#x27;", "'")
-        .replace("&apos;", "'")
-        .replace("&lt;", "<")
-        .replace("&gt;", ">")
-        .replace("&amp;", "&")
+    out.push_str(rest);
+    out
 }
 
 /// A line break between two words (a wrap: a letter, a digit, closing punctuation or a key's `=`
@@ -172,6 +178,24 @@ mod tests {
             unwrapped("error=\"could not load model: desc =\nstat /models\" status=500 [ai-proxy]\n/usr/kong").as_deref(),
             Some("error=\"could not load model: desc = stat /models\" status=500 [ai-proxy] /usr/kong"),
             "a log line wrapped after a key's `=` or before a path"
+        );
+    }
+
+    #[test]
+    fn escapes_are_undone_once_and_broken_ones_kept() {
+        assert_eq!(
+            unescape_html("a &amp;lt;b&amp;gt; &quot;c&#39; &x; &"),
+            "a &lt;b&gt; \"c' &x; &"
+        );
+        assert_eq!(
+            unescape_json(r"\u00e9\u+123 \ud83d\/ \q \"),
+            "\u{e9}\\u+123 \\ud83d/ \\q \\"
+        );
+        assert_eq!(unescape_json(r"\u00"), r"\u00", "a cut \\u escape stays");
+        assert_eq!(
+            unescape_json("\\u00é9"),
+            "\\u00é9",
+            "no hex, no split character"
         );
     }
 
