@@ -14,6 +14,7 @@
 
 mod compile;
 mod file;
+mod log_line;
 mod matcher;
 mod reading;
 mod shipped;

@@ -6,9 +6,12 @@
 //! balance is too low"). Rules are written for the text as the provider printed it, so such a
 //! reprint read by its words alone lost the specific rule, and a 429 around a wall was then read
 //! by its status as a rate limit. The classifier also reads the text with the reprint undone and
-//! takes the rules either reading matches.
+//! takes the rules either reading matches. A log's prefix and a terminal's colour codes are
+//! dropped in the same reading.
 
 use std::borrow::Cow;
+
+use super::log_line;
 
 /// The text with typographic apostrophes (’ and ‘) read as the ASCII one, so a rule's
 /// `you've` or `don.t` matches what a phone, a word processor or an app with smart quotes
@@ -26,12 +29,16 @@ pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// The text with JSON string escapes and HTML entities undone and a line break between two
-/// words read as a space, when that changes it. Each step first looks for what it undoes, so a
-/// text with nothing to undo costs a few scans and no copy.
+/// The text with JSON string escapes and HTML entities undone, a log's or a terminal's
+/// decoration dropped (`log_line.rs`) and a line break between two words read as a space, when
+/// that changes it. Each step first looks for what it undoes, so a text with nothing to undo
+/// costs a few scans and no copy.
 pub(super) fn unwrapped(text: &str) -> Option<String> {
-    // Most texts hold none of what a reprint leaves: one vectorised pass says so.
-    memchr::memchr3(b'\\', b'&', b'\n', text.as_bytes())?;
+    // Most texts hold no escape, entity or line break: one vectorised pass says so, and then
+    // only a colour code or a log prefix on the one line can change them.
+    if memchr::memchr3(b'\\', b'&', b'\n', text.as_bytes()).is_none() {
+        return log_line::undecorated(text);
+    }
     let mut current = Cow::Borrowed(text);
     // Twice: a body escaped inside a string that was escaped again.
     for _ in 0..2 {
@@ -41,6 +48,9 @@ pub(super) fn unwrapped(text: &str) -> Option<String> {
     }
     if memchr::memchr(b'&', current.as_bytes()).is_some() {
         current = Cow::Owned(unescape_html(&current));
+    }
+    if let Some(bare) = log_line::undecorated(&current) {
+        current = Cow::Owned(bare);
     }
     if let Some(joined) = join_wrapped_lines(&current) {
         current = Cow::Owned(joined);
