@@ -13,6 +13,8 @@ use regex_automata::meta::Regex;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, Input};
 
+use super::splice::Splice;
+
 /// A log line's prefix on any line, matched anchored at the line's start:
 /// - a time (with or without a date, bracketed or not), then up to two of a level and a logger
 ///   name in either order (`ERROR agent:`, Python's `- openai._base_client - INFO -`);
@@ -54,18 +56,14 @@ const FIRST_LINE: &str = r"
     (?i:error|fatal|panic) :[\ \t]+
 ";
 
-/// The prefix of a text's first line, and of any other line.
-static PREFIXES: LazyLock<Option<(Regex, Regex)>> = LazyLock::new(|| {
-    let build = |forms: &str| {
-        Regex::builder()
-            .syntax(syntax::Config::new().unicode(false).utf8(false))
-            .build(&format!("(?x)[\\ \\t]*(?:{forms})"))
-            .ok()
-    };
-    Some((
-        build(&format!("{ANY_LINE}|{FIRST_LINE}"))?,
-        build(ANY_LINE)?,
-    ))
+/// The prefixes: pattern 0 on any line, pattern 1 on a text's first line only. Both are tried
+/// anchored at a line's start; where both match, the first in order wins, as in an alternation.
+static PREFIXES: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    let forms = [ANY_LINE, FIRST_LINE].map(|forms| format!("(?x)[\\ \\t]*(?:{forms})"));
+    Regex::builder()
+        .syntax(syntax::Config::new().unicode(false).utf8(false))
+        .build_many(&forms)
+        .ok()
 });
 
 /// The text without colour codes and without a log prefix at the start of any line, when it
@@ -79,38 +77,38 @@ pub(super) fn undecorated(text: &str) -> Option<String> {
     }
 }
 
-/// ANSI escape sequences (`ESC [ … m` and the other CSI sequences, `ESC` and one character)
-/// removed.
+/// Escape sequences (colour codes and any other control sequence a terminal reads) removed,
+/// by `vte`'s parser, the one terminals built on it use: what it prints, and the line breaks and
+/// tabs it executes, are kept.
 fn without_colour(text: &str) -> Option<String> {
     memchr::memchr(0x1b, text.as_bytes())?;
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c != '\u{1b}' {
-            out.push(c);
-            continue;
-        }
-        // A control sequence: parameters and intermediates, then one final byte. Any other
-        // escape takes the one character after it.
-        if chars.next() == Some('[') {
-            for c in chars.by_ref() {
-                if ('@'..='~').contains(&c) {
-                    break;
-                }
-            }
+    let mut plain = Printed(String::with_capacity(text.len()));
+    vte::Parser::new().advance(&mut plain, text.as_bytes());
+    Some(plain.0)
+}
+
+/// What a terminal would print of a text.
+struct Printed(String);
+
+impl vte::Perform for Printed {
+    fn print(&mut self, c: char) {
+        self.0.push(c);
+    }
+
+    fn execute(&mut self, byte: u8) {
+        if matches!(byte, b'\n' | b'\r' | b'\t') {
+            self.0.push(char::from(byte));
         }
     }
-    Some(out)
 }
 
 /// The text with each line's log prefix removed, when a line has one. A line is looked at
 /// only when its first character after at most three spaces could start a prefix (a digit, `[`
 /// or a level's letter), so a JSON body or a sentence costs a glance at each line's start.
 fn without_prefixes(text: &str) -> Option<String> {
-    let (first_line, any_line) = PREFIXES.as_ref()?;
+    let prefixes = PREFIXES.as_ref()?;
     let bytes = text.as_bytes();
-    let mut out: Option<String> = None;
-    let mut copied = 0;
+    let mut splice = Splice::new(text);
     let starts = std::iter::once(0).chain(memchr::memchr_iter(b'\n', bytes).map(|at| at + 1));
     for start in starts {
         // A prefix is indented by a few spaces at most: a long run of them is layout.
@@ -123,21 +121,17 @@ fn without_prefixes(text: &str) -> Option<String> {
             continue;
         }
         let input = Input::new(bytes).range(start..).anchored(Anchored::Yes);
-        let regex = if start == 0 { first_line } else { any_line };
-        let Some(found) = regex.find(input) else {
+        let Some(found) = prefixes.find(input) else {
             continue;
         };
+        let any_line = found.pattern().as_usize() == 0;
         // Nothing after the prefix on its line: a prefix alone is no message to read.
-        if matches!(bytes.get(found.end()), None | Some(b'\n' | b'\r')) {
-            continue;
+        let message_follows = !matches!(bytes.get(found.end()), None | Some(b'\n' | b'\r'));
+        if (any_line || start == 0) && message_follows {
+            splice.replace(start..found.end(), "");
         }
-        let bare = out.get_or_insert_with(|| String::with_capacity(text.len()));
-        bare.push_str(text.get(copied..start).unwrap_or(""));
-        copied = found.end();
     }
-    let mut bare = out?;
-    bare.push_str(text.get(copied..).unwrap_or(""));
-    Some(bare)
+    splice.finish()
 }
 
 #[cfg(test)]
@@ -185,8 +179,15 @@ mod tests {
             Some("Failed to fetch"),
         );
         assert_eq!(
-            undecorated("\u{1b}[1;33mslow\u{1b}[0m down").as_deref(),
-            Some("slow down")
+            undecorated("\u{1b}[1;33mslow\u{1b}[0m down\r\n\tnow").as_deref(),
+            Some("slow down\r\n\tnow"),
+            "line breaks and tabs stay"
+        );
+        assert_eq!(
+            undecorated("\u{1b}]8;;https://status.example\u{7}outage\u{1b}]8;;\u{7} ongoing")
+                .as_deref(),
+            Some("outage ongoing"),
+            "a terminal hyperlink (OSC 8) is no text"
         );
     }
 

@@ -18,6 +18,7 @@ mod log_line;
 mod matcher;
 mod reading;
 mod shipped;
+mod splice;
 
 use std::collections::BTreeMap;
 use std::ops::RangeInclusive;

@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 
 use super::log_line;
+use super::splice::Splice;
 
 /// The text with typographic apostrophes (’ and ‘) read as the ASCII one, so a rule's
 /// `you've` or `don.t` matches what a phone, a word processor or an app with smart quotes
@@ -32,28 +33,21 @@ pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
 /// The text with JSON string escapes and HTML entities undone, a log's or a terminal's
 /// decoration dropped (`log_line.rs`) and a line break between two words read as a space, when
 /// that changes it. Each step first looks for what it undoes, so a text with nothing to undo
-/// costs a few scans and no copy.
+/// costs a few vectorised scans and no copy.
 pub(super) fn unwrapped(text: &str) -> Option<String> {
-    // Most texts hold no escape, entity or line break: one vectorised pass says so, and then
-    // only a colour code or a log prefix on the one line can change them.
-    if memchr::memchr3(b'\\', b'&', b'\n', text.as_bytes()).is_none() {
-        return log_line::undecorated(text);
-    }
+    // JSON twice: a body escaped inside a string that was escaped again.
+    let steps: [fn(&str) -> Option<String>; 5] = [
+        unescape_json,
+        unescape_json,
+        unescape_html,
+        log_line::undecorated,
+        join_wrapped_lines,
+    ];
     let mut current = Cow::Borrowed(text);
-    // Twice: a body escaped inside a string that was escaped again.
-    for _ in 0..2 {
-        if memchr::memchr(b'\\', current.as_bytes()).is_some() {
-            current = Cow::Owned(unescape_json(&current));
+    for step in steps {
+        if let Some(changed) = step(&current) {
+            current = Cow::Owned(changed);
         }
-    }
-    if memchr::memchr(b'&', current.as_bytes()).is_some() {
-        current = Cow::Owned(unescape_html(&current));
-    }
-    if let Some(bare) = log_line::undecorated(&current) {
-        current = Cow::Owned(bare);
-    }
-    if let Some(joined) = join_wrapped_lines(&current) {
-        current = Cow::Owned(joined);
     }
     match current {
         Cow::Owned(changed) if changed != text => Some(changed),
@@ -61,14 +55,18 @@ pub(super) fn unwrapped(text: &str) -> Option<String> {
     }
 }
 
-/// `\"`, `\\`, `\/`, `\n`, `\r`, `\t` and `\uXXXX` undone; any other backslash kept. The text
-/// between escapes is copied whole.
-fn unescape_json(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = memchr::memchr(b'\\', rest.as_bytes()) {
-        out.push_str(rest.get(..at).unwrap_or(""));
-        let after = rest.get(at + 1..).unwrap_or("");
+/// `\"`, `\\`, `\/`, `\n`, `\r`, `\t` and `\uXXXX` undone, when the text has one; any other
+/// backslash kept.
+fn unescape_json(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut splice = Splice::new(text);
+    let mut from = 0;
+    while let Some(at) = bytes
+        .get(from..)
+        .and_then(|rest| memchr::memchr(b'\\', rest))
+        .map(|i| from + i)
+    {
+        let after = text.get(at + 1..).unwrap_or("");
         let decoded = match after.as_bytes().first() {
             Some(&next @ (b'"' | b'\\' | b'/')) => Some((char::from(next), 1)),
             Some(b'n') => Some(('\n', 1)),
@@ -82,24 +80,18 @@ fn unescape_json(text: &str) -> String {
                 .map(|c| (c, 5)),
             _ => None,
         };
-        match decoded {
-            Some((c, used)) => {
-                out.push(c);
-                rest = after.get(used..).unwrap_or("");
-            }
-            None => {
-                out.push('\\');
-                rest = after;
-            }
+        from = at + 1;
+        if let Some((c, used)) = decoded {
+            splice.replace(at..at + 1 + used, c.encode_utf8(&mut [0; 4]));
+            from += used;
         }
     }
-    out.push_str(rest);
-    out
+    splice.finish()
 }
 
 /// The entities a web page escapes an error's text with, undone in one pass (`&amp;lt;` is
-/// `&lt;`, not `<`).
-fn unescape_html(text: &str) -> String {
+/// `&lt;`, not `<`), when the text has one.
+fn unescape_html(text: &str) -> Option<String> {
     const ENTITIES: [(&str, char); 7] = [
         ("&quot;", '"'),
         ("&#39;", '\''),
@@ -109,26 +101,20 @@ fn unescape_html(text: &str) -> String {
         ("&gt;", '>'),
         ("&amp;", '&'),
     ];
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = memchr::memchr(b'&', rest.as_bytes()) {
-        out.push_str(rest.get(..at).unwrap_or(""));
-        let from = rest.get(at..).unwrap_or("");
-        let (decoded, used) = ENTITIES
-            .iter()
-            .find(|(entity, _)| from.starts_with(entity))
-            .map_or(('&', 1), |&(entity, c)| (c, entity.len()));
-        out.push(decoded);
-        rest = from.get(used..).unwrap_or("");
+    let mut splice = Splice::new(text);
+    // An entity holds one `&`, its first byte, so no hit falls inside a replaced one.
+    for at in memchr::memchr_iter(b'&', text.as_bytes()) {
+        let from = text.get(at..).unwrap_or("");
+        if let Some((entity, c)) = ENTITIES.iter().find(|(entity, _)| from.starts_with(entity)) {
+            splice.replace(at..at + entity.len(), c.encode_utf8(&mut [0; 4]));
+        }
     }
-    out.push_str(rest);
-    out
+    splice.finish()
 }
 
 /// A line break between two words (a wrap: a letter, a digit, closing punctuation or a key's `=`
 /// before it, a letter, a digit, opening punctuation or a path's `/` after it; not an indented,
-/// blank or bracket line)
-/// read as one space, when there is one.
+/// blank or bracket line) read as one space, when there is one.
 fn join_wrapped_lines(text: &str) -> Option<String> {
     let ends_word = |c: Option<char>| {
         c.is_some_and(|c| {
@@ -142,23 +128,16 @@ fn join_wrapped_lines(text: &str) -> Option<String> {
     let starts_word = |c: Option<char>| {
         c.is_some_and(|c| c.is_alphanumeric() || matches!(c, '(' | '[' | '\'' | '"' | '`' | '/'))
     };
-    let mut out: Option<String> = None;
-    let mut copied = 0;
+    let mut splice = Splice::new(text);
     for at in memchr::memchr_iter(b'\n', text.as_bytes()) {
         let line = text.get(..at).unwrap_or("");
         let line = line.strip_suffix('\r').unwrap_or(line);
         let next = text.get(at + 1..).and_then(|rest| rest.chars().next());
-        if !(ends_word(line.chars().next_back()) && starts_word(next)) {
-            continue;
+        if ends_word(line.chars().next_back()) && starts_word(next) {
+            splice.replace(line.len()..at + 1, " ");
         }
-        let joined = out.get_or_insert_with(|| String::with_capacity(text.len()));
-        joined.push_str(text.get(copied..line.len()).unwrap_or(""));
-        joined.push(' ');
-        copied = at + 1;
     }
-    let mut joined = out?;
-    joined.push_str(text.get(copied..).unwrap_or(""));
-    Some(joined)
+    splice.finish()
 }
 
 #[cfg(test)]
@@ -194,19 +173,21 @@ mod tests {
     #[test]
     fn escapes_are_undone_once_and_broken_ones_kept() {
         assert_eq!(
-            unescape_html("a &amp;lt;b&amp;gt; &quot;c&#39; &x; &"),
-            "a &lt;b&gt; \"c' &x; &"
+            unescape_html("a &amp;lt;b&amp;gt; &quot;c&#39; &x; &").as_deref(),
+            Some("a &lt;b&gt; \"c' &x; &")
+        );
+        assert_eq!(unescape_html("a &x; & b"), None, "no entity, no copy");
+        assert_eq!(
+            unescape_json(r"\u00e9\u+123 \ud83d\/ \q \").as_deref(),
+            Some("\u{e9}\\u+123 \\ud83d/ \\q \\")
         );
         assert_eq!(
-            unescape_json(r"\u00e9\u+123 \ud83d\/ \q \"),
-            "\u{e9}\\u+123 \\ud83d/ \\q \\"
+            unescape_json(r"\\\\n").as_deref(),
+            Some(r"\\n"),
+            "an escaped backslash is one"
         );
-        assert_eq!(unescape_json(r"\u00"), r"\u00", "a cut \\u escape stays");
-        assert_eq!(
-            unescape_json("\\u00é9"),
-            "\\u00é9",
-            "no hex, no split character"
-        );
+        assert_eq!(unescape_json(r"\u00"), None, "a cut \\u escape stays");
+        assert_eq!(unescape_json("\\u00é9"), None, "no hex, no split character");
     }
 
     #[test]
