@@ -37,10 +37,16 @@ REPLY = "Hello from rebound chaos. You said: hi"
 WORK = tempfile.mkdtemp(prefix="rebound-clients-")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n different free ports: each socket stays bound until all are chosen."""
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def start(args, name):
@@ -50,8 +56,12 @@ def start(args, name):
     return proc
 
 
-def wait_for(port):
+def wait_for(port, proc, name):
     for _ in range(200):
+        if proc.poll() is not None:
+            with open(os.path.join(WORK, f"{name}.log")) as log:
+                raise RuntimeError(f"{name} exited ({proc.returncode}) before it listened on "
+                                   f"127.0.0.1:{port}:\n{log.read()[-2000:]}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2) as probe:
                 # A probe whose source port is the port it dials connects to itself.
@@ -63,7 +73,7 @@ def wait_for(port):
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
-CHAOS_PORT, GATEWAY_PORT, RESTING_PORT = free_port(), free_port(), free_port()
+CHAOS_PORT, GATEWAY_PORT, RESTING_PORT = free_ports(3)
 GATEWAY = f"http://127.0.0.1:{GATEWAY_PORT}"
 RESTING = f"http://127.0.0.1:{RESTING_PORT}"
 CONFIG = f"""
@@ -381,9 +391,9 @@ def main():
         f.write(RESTING_CONFIG)
     resting = start(["serve", "--config", resting_config], "serve-resting")
     try:
-        wait_for(CHAOS_PORT)
-        wait_for(GATEWAY_PORT)
-        wait_for(RESTING_PORT)
+        wait_for(CHAOS_PORT, chaos, "chaos")
+        wait_for(GATEWAY_PORT, gateway, "serve")
+        wait_for(RESTING_PORT, resting, "serve-resting")
         only = os.environ.get("REBOUND_CLIENT_CHECKS")
         if only in (None, "", "clients"):
             all_checks(clients)

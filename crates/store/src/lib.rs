@@ -10,7 +10,8 @@
 //!   primitives every store provides.
 //! - [`reconcile`](mod@reconcile): the restart rule (P3), written once over [`JobStore`], so
 //!   every store inherits it rather than re-implementing it.
-//! - [`sqlite`]: the embedded implementation: one SQLite file, migrated on open.
+//! - [`sqlite`]: the embedded implementation: one SQLite file, migrated on open by whichever
+//!   process opens it first (`sqlite_file`).
 //! - [`runs`]: durable agent runs, their own record, interface, restart rule and tables in
 //!   the same file.
 //! - [`postgres`](mod@postgres): the shared implementation: one PostgreSQL database for
@@ -34,6 +35,7 @@ pub mod reconcile;
 mod row;
 pub mod runs;
 pub mod sqlite;
+mod sqlite_file;
 
 pub use model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,

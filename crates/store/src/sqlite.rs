@@ -16,6 +16,7 @@ use crate::model::{
     AttemptOp, AttemptOutcome, AttemptRecord, JobRecord, JobState, JobStore, NewJob, StoreError,
 };
 use crate::row::{self, Columns};
+use crate::sqlite_file::{self, OpenError, Schema};
 
 /// Schema migrations, applied in order; `PRAGMA user_version` counts those applied. A
 /// migration, once released, is never edited: databases at its version exist.
@@ -73,55 +74,37 @@ fn db(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
 }
 
+fn opening(e: OpenError) -> StoreError {
+    StoreError::Database(e.to_string())
+}
+
+/// The jobs' schema: its version is the file's `PRAGMA user_version`.
+const SCHEMA: Schema<'static> = Schema {
+    name: "jobs",
+    migrations: &MIGRATIONS,
+    read_version: |conn| conn.pragma_query_value(None, "user_version", |r| r.get(0)),
+    write_version: |conn, version| conn.pragma_update(None, "user_version", version),
+};
+
 /// Durable jobs in a SQLite file.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
 }
 
 impl SqliteStore {
-    /// Opens (creating if needed) the database at `path` and migrates it.
+    /// Opens (creating if needed) the database at `path` and migrates it. Other processes may
+    /// open the same file at the same time.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError::Database(format!("{}: {e}", dir.display())))?;
-        }
-        let conn = Connection::open(path).map_err(db)?;
-        Self::init(conn)
+        Self::init(sqlite_file::open(Some(path)).map_err(opening)?)
     }
 
     /// A database in memory (tests).
     pub fn in_memory() -> Result<Self, StoreError> {
-        Self::init(Connection::open_in_memory().map_err(db)?)
+        Self::init(sqlite_file::open(None).map_err(opening)?)
     }
 
-    fn init(conn: Connection) -> Result<Self, StoreError> {
-        // WAL with full sync: a committed transition survives a crash of the process or the
-        // machine, and readers never block the one writer.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(db)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(db)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))
-            .map_err(db)?;
-        let version: usize = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(db)?;
-        if version > MIGRATIONS.len() {
-            return Err(StoreError::Database(format!(
-                "the database has schema version {version}; this rebound knows up to {}",
-                MIGRATIONS.len()
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-            conn.execute_batch(&format!(
-                "BEGIN; {sql}; PRAGMA user_version = {}; COMMIT;",
-                i + 1
-            ))
-            .map_err(|e| {
-                StoreError::Database(format!("migrating to schema version {}: {e}", i + 1))
-            })?;
-        }
+    fn init(mut conn: Connection) -> Result<Self, StoreError> {
+        sqlite_file::migrate(&mut conn, &SCHEMA).map_err(opening)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
         })

@@ -6,12 +6,13 @@
 
 use std::path::Path;
 use std::sync::{Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, named_params};
 
 use super::{Invocation, InvocationOp, NewRun, RunRecord, RunState, RunStore, RunStoreError};
 use crate::model::AttemptOutcome;
+use crate::sqlite_file::{self, OpenError, Schema};
 
 /// The runs' schema, in order; `run_schema.version` counts those applied. Never edited once
 /// released.
@@ -38,6 +39,29 @@ fn db(e: rusqlite::Error) -> RunStoreError {
     RunStoreError::Database(e.to_string())
 }
 
+fn opening(e: OpenError) -> RunStoreError {
+    RunStoreError::Database(e.to_string())
+}
+
+/// The runs' schema: its version is the one row of `run_schema`, a table of its own so the
+/// jobs' `user_version` stays theirs.
+const SCHEMA: Schema<'static> = Schema {
+    name: "runs",
+    migrations: &MIGRATIONS,
+    read_version: |conn| {
+        conn.execute_batch("CREATE TABLE IF NOT EXISTS run_schema (version INTEGER NOT NULL)")?;
+        let version: Option<usize> = conn
+            .query_row("SELECT version FROM run_schema", [], |r| r.get(0))
+            .optional()?;
+        Ok(version.unwrap_or(0))
+    },
+    write_version: |conn, version| {
+        conn.execute("DELETE FROM run_schema", [])?;
+        conn.execute("INSERT INTO run_schema VALUES (?1)", [version])?;
+        Ok(())
+    },
+};
+
 fn to_ms(t: SystemTime) -> i64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -57,50 +81,19 @@ pub struct SqliteRunStore {
 }
 
 impl SqliteRunStore {
-    /// Opens (creating if needed) the database at `path` and migrates its runs' tables.
+    /// Opens (creating if needed) the database at `path` and migrates its runs' tables. Other
+    /// processes may open the same file at the same time.
     pub fn open(path: &Path) -> Result<Self, RunStoreError> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| RunStoreError::Database(format!("{}: {e}", dir.display())))?;
-        }
-        Self::init(Connection::open(path).map_err(db)?)
+        Self::init(sqlite_file::open(Some(path)).map_err(opening)?)
     }
 
     /// A database in memory (tests).
     pub fn in_memory() -> Result<Self, RunStoreError> {
-        Self::init(Connection::open_in_memory().map_err(db)?)
+        Self::init(sqlite_file::open(None).map_err(opening)?)
     }
 
-    fn init(conn: Connection) -> Result<Self, RunStoreError> {
-        // As for jobs: WAL with full sync, so a committed transition survives a crash.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(db)?;
-        conn.pragma_update(None, "synchronous", "FULL")
-            .map_err(db)?;
-        conn.pragma_update(None, "foreign_keys", "ON").map_err(db)?;
-        conn.busy_timeout(Duration::from_secs(5)).map_err(db)?;
-        conn.execute_batch("CREATE TABLE IF NOT EXISTS run_schema (version INTEGER NOT NULL)")
-            .map_err(db)?;
-        let version: Option<usize> = conn
-            .query_row("SELECT version FROM run_schema", [], |r| r.get(0))
-            .optional()
-            .map_err(db)?;
-        let version = version.unwrap_or(0);
-        if version > MIGRATIONS.len() {
-            return Err(RunStoreError::Database(format!(
-                "the runs' schema has version {version}; this rebound knows up to {}",
-                MIGRATIONS.len()
-            )));
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version) {
-            conn.execute_batch(&format!(
-                "BEGIN; {sql}; DELETE FROM run_schema; INSERT INTO run_schema VALUES ({}); COMMIT;",
-                i + 1
-            ))
-            .map_err(|e| {
-                RunStoreError::Database(format!("migrating runs to schema version {}: {e}", i + 1))
-            })?;
-        }
+    fn init(mut conn: Connection) -> Result<Self, RunStoreError> {
+        sqlite_file::migrate(&mut conn, &SCHEMA).map_err(opening)?;
         Ok(SqliteRunStore {
             conn: Mutex::new(conn),
         })

@@ -267,7 +267,7 @@ fn unknown_jobs_and_newer_schemas_are_errors() {
         .unwrap();
     let refused = SqliteStore::open(&path);
     assert!(
-        matches!(&refused, Err(StoreError::Database(m)) if m.contains("schema version 99")),
+        matches!(&refused, Err(StoreError::Database(m)) if m.contains("the jobs' schema has version 99; this rebound knows up to 2")),
         "{:?}",
         refused.err()
     );
@@ -526,5 +526,45 @@ fn a_new_database_has_the_same_schema_as_a_migrated_one() {
         .map(Result::unwrap)
         .collect();
     assert_eq!(names, ["attempts", "jobs", "jobs_by_state"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn processes_opening_a_new_file_at_once_all_open_it() {
+    // A gateway opens jobs and runs in the file, and a second gateway or `rebound jobs` may
+    // start beside it. Each connection here is as separate as another process's: the version
+    // used to be read before the migration's transaction, so two could both find a new file at
+    // version 0 and the second failed on `table … already exists`.
+    let dir = temp_dir("at-once");
+    for round in 0..20 {
+        let path = dir.join(format!("jobs-{round}.db"));
+        let start = Arc::new(std::sync::Barrier::new(6));
+        let openers: Vec<_> = (0..6)
+            .map(|i| {
+                let (path, start) = (path.clone(), Arc::clone(&start));
+                std::thread::spawn(move || {
+                    start.wait();
+                    if i % 2 == 0 {
+                        SqliteStore::open(&path)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    } else {
+                        rebound_store::runs::SqliteRunStore::open(&path)
+                            .map(drop)
+                            .map_err(|e| e.to_string())
+                    }
+                })
+            })
+            .collect();
+        for opener in openers {
+            if let Err(e) = opener.join().unwrap() {
+                panic!("round {round}: {e}");
+            }
+        }
+        // And the file is whole: a job can be written and read back.
+        let store = SqliteStore::open(&path).unwrap();
+        let id = store.create(job(), at(0)).unwrap().id;
+        assert_eq!(store.get(&id).unwrap().id, id);
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
