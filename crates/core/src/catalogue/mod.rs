@@ -48,16 +48,17 @@ pub struct Catalogue {
     version: Arc<str>,
     /// Highest priority first.
     rules: Vec<Rule>,
-    /// The rule (its index in `rules`) each rule pattern of `body_set` belongs to.
+    /// The rule (its index in `rules`) each rule pattern of `body_set` belongs to. The
+    /// text-status patterns follow the rules' in the set, from `text_status_base` on.
     rule_of_pattern: Vec<u32>,
     /// The rules without a body pattern, in `rules` order.
     bodiless: Vec<u32>,
     body_set: Matcher,
     needs_body: bool,
-    /// `[[text_status]]` extractors, and their patterns as one set, scanned only when the
-    /// evidence has no status of its own.
+    /// `[[text_status]]` extractors, read only when the evidence has no status of its own and
+    /// the body set says their pattern matched.
     text_status: Vec<regex::bytes::Regex>,
-    text_status_set: Matcher,
+    text_status_base: usize,
     header_slots: Vec<HeaderSlot>,
     codes: BTreeMap<Code, Option<Class>>,
 }
@@ -163,22 +164,14 @@ fn merged<'a>(a: &'a [u32], b: &'a [u32]) -> impl Iterator<Item = u32> + 'a {
     })
 }
 
-/// The first `[[text_status]]` pattern that matches `text`, and its status (C8).
-fn text_status(catalogue: &Catalogue, text: &str) -> Option<(usize, u16)> {
-    let first = catalogue
-        .text_status_set
-        .matches(text.as_bytes())
-        .iter()
-        .next()?;
-    let caps = catalogue
-        .text_status
-        .get(first)?
-        .captures(text.as_bytes())?;
+/// The status a `[[text_status]]` extractor reads in `text`, if it is one (C8).
+fn embedded_status(extractor: &regex::bytes::Regex, text: &str) -> Option<u16> {
+    let caps = extractor.captures(text.as_bytes())?;
     let status: u16 = std::str::from_utf8(caps.name("status")?.as_bytes())
         .ok()?
         .parse()
         .ok()?;
-    (200..=599).contains(&status).then_some((first, status))
+    (200..=599).contains(&status).then_some(status)
 }
 
 /// Lazily computed regex-set results for one classification.
@@ -214,14 +207,21 @@ impl Scan<'_> {
         }
         // Both readings, and the pattern first in the catalogue's order decides, as if the
         // two were one text: a wrapped "status code\n400" must not lose to a later pattern's
-        // `"code": 500` that the text as printed still shows.
+        // `"code": 500` that the text as printed still shows. The body set has matched both.
+        let base = catalogue.text_status_base;
+        let matched: Vec<usize> = self.body_set().iter().filter(|&p| p >= base).collect();
         let text = self.text;
-        let printed = text_status(catalogue, text);
-        let second = self.second().and_then(|t| text_status(catalogue, t));
-        match (printed, second) {
-            (Some(a), Some(b)) => Some(if b.0 < a.0 { b.1 } else { a.1 }),
-            (a, b) => a.or(b).map(|(_, status)| status),
+        for pattern in matched {
+            let Some(extractor) = catalogue.text_status.get(pattern - base) else {
+                continue;
+            };
+            let status = embedded_status(extractor, text)
+                .or_else(|| self.second().and_then(|t| embedded_status(extractor, t)));
+            if status.is_some() {
+                return status;
+            }
         }
+        None
     }
 
     /// Which patterns of the body set match the text, or the text with a reprint undone

@@ -364,6 +364,44 @@ code = "rate_limited"
 }
 
 #[test]
+fn text_status_patterns_share_the_rules_scan_and_the_first_that_reads_decides() {
+    // The text-status patterns follow the rules' in one matcher: a text-status match is no
+    // rule's match, and a rule's match gives no status.
+    let catalogue = compile(
+        r#"
+[[text_status]]
+pattern = 'code (?P<status>\d{3})'
+
+[[text_status]]
+pattern = 'HTTP (?P<status>\d{3})'
+
+[[rule]]
+id = "t.429"
+priority = 10
+status = [429]
+code = "rate_limited"
+
+[[rule]]
+id = "t.upstream"
+priority = 5
+body = '(?i)upstream busy'
+code = "rate_limited"
+"#,
+    )
+    .unwrap();
+    let c = catalogue.classify(&text("HTTP 503"), now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (None, Some(503)));
+    let c = catalogue.classify(&text("upstream busy"), now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.upstream"), None));
+    // The first pattern matched but read no status (999): the next one that reads decides.
+    let c = catalogue.classify(&text("code 999 after HTTP 429"), now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
+    // Both read: the first in the catalogue's order decides, wherever it stands in the text.
+    let c = catalogue.classify(&text("HTTP 503 after code 429"), now());
+    assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
+}
+
+#[test]
 fn a_text_status_captures_what_its_set_matched() {
     // The text-status set reads bytes with ASCII classes, so `\W` matches every byte of "é";
     // the extractor must read the same way, or the set's first match captures nothing and the

@@ -1,20 +1,19 @@
 //! Rule files → a validated, compiled catalogue. Every error names the file, the rule id and
-//! the field, on one line.
+//! the field, on one line. One rule's fields are checked and compiled in `rule`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod rule;
+
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::ops::RangeInclusive;
 use std::sync::Arc;
 
-use regex::{Regex, RegexBuilder};
 use serde::Deserialize;
 
-use super::file::{CodeFile, HintFile, ManifestFile, RuleFile, StatusFile, TextStatusFile};
+use super::file::{CodeFile, ManifestFile, RuleFile, TextStatusFile};
 use super::matcher::{BuildError, Matcher};
-use super::{Catalogue, HeaderSlot, HintExtractor, HintFrom, Rule};
+use super::{Catalogue, HeaderSlot, HintFrom, Rule};
 use crate::classification::{Class, Code};
-use crate::evidence::TransportKind;
-use crate::hint::HintFormat;
+use rule::{compile_rule, extractor};
 
 /// The compiled size bound of one regex or of one matcher's automaton.
 const REGEX_SIZE_LIMIT: usize = 32 << 20;
@@ -100,15 +99,6 @@ fn is_identifier(name: &str, extra: &[char]) -> bool {
         .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
         && chars
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_' || extra.contains(&c))
-}
-
-/// A rule as parsed, before the matchers exist.
-struct Draft {
-    /// The file the rule is in, for errors found once its patterns are compiled together.
-    file: String,
-    rule: Rule,
-    body: Option<String>,
-    headers: Vec<(String, String)>,
 }
 
 pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, CatalogueError> {
@@ -252,6 +242,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
     // Pass 3: where free text embeds its status (C8).
     let mut text_status_patterns = Vec::new();
     let mut text_status = Vec::new();
+    let mut text_status_files = Vec::new();
     for (source, _, table) in &tables {
         let Some(entries) = table.get("text_status") else {
             continue;
@@ -275,12 +266,13 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
                 return Err(ctx.err(Some(&field), "needs a `status` capture group"));
             }
             text_status_patterns.push(entry.pattern);
+            text_status_files.push(source.name.clone());
             text_status.push(compiled);
         }
     }
 
-    // Pass 4: one matcher over bodies (the rules' patterns), one over the text-status
-    // patterns (run only for evidence without a status), one per header name.
+    // Pass 4: one matcher over bodies (the rules' patterns, then the text-status patterns, so
+    // one walk of a text answers both), one per header name.
     let mut body_patterns = Vec::new();
     let mut header_patterns: BTreeMap<String, Vec<String>> = BTreeMap::new();
     // The file and rule each pattern came from, to name them in a compile error.
@@ -331,10 +323,19 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             )),
         },
     };
-    let body_set = Matcher::new(&body_patterns, REGEX_SIZE_LIMIT)
-        .map_err(|e| set_err("body", &body_owners, e))?;
-    let text_status_set = Matcher::new(&text_status_patterns, REGEX_SIZE_LIMIT)
-        .map_err(|e| set_err("text_status", &[], e))?;
+    let text_status_base = body_patterns.len();
+    body_patterns.extend(text_status_patterns);
+    let body_set = Matcher::new(&body_patterns, REGEX_SIZE_LIMIT).map_err(|e| {
+        match e.pattern.and_then(|i| i.checked_sub(text_status_base)) {
+            Some(entry) => CatalogueError {
+                file: text_status_files.get(entry).cloned().unwrap_or_default(),
+                rule: None,
+                field: Some("text_status".to_owned()),
+                message: one_line(&format!("invalid regex: {}", e.message)),
+            },
+            None => set_err("body", &body_owners, e),
+        }
+    })?;
     let mut header_slots = Vec::new();
     let mut slot_of: HashMap<String, usize> = HashMap::new();
     for (name, patterns) in header_patterns {
@@ -361,7 +362,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             .iter()
             .any(|r| r.body.is_some() || r.hints.iter().any(|h| matches!(h.from, HintFrom::Body)));
 
-    let (rule_of_pattern, bodiless) = Catalogue::index(&rules, body_patterns.len());
+    let (rule_of_pattern, bodiless) = Catalogue::index(&rules, text_status_base);
     Ok(Catalogue {
         version: Arc::from(version),
         rules,
@@ -370,257 +371,10 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         body_set,
         needs_body,
         text_status,
-        text_status_set,
+        text_status_base,
         header_slots,
         codes,
     })
-}
-
-fn regex(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<Regex, CatalogueError> {
-    RegexBuilder::new(pattern)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
-}
-
-/// A pattern that captures from text its matcher has already matched: built as the matchers are
-/// (bytes, ASCII classes), so that whatever the matcher finds, the captures find.
-fn extractor(
-    ctx: &Ctx<'_>,
-    field: &str,
-    pattern: &str,
-) -> Result<regex::bytes::Regex, CatalogueError> {
-    regex::bytes::RegexBuilder::new(pattern)
-        .unicode(false)
-        .size_limit(REGEX_SIZE_LIMIT)
-        .build()
-        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
-}
-
-/// Checks one matcher pattern's syntax alone, so an error names its rule and field; its size is
-/// checked when its matcher compiles it.
-fn matcher(ctx: &Ctx<'_>, field: &str, pattern: &str) -> Result<(), CatalogueError> {
-    regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .build()
-        .parse(pattern)
-        .map(drop)
-        .map_err(|e| ctx.err(Some(field), format!("invalid regex: {e}")))
-}
-
-fn compile_rule(
-    ctx: &Ctx<'_>,
-    file: RuleFile,
-    codes: &BTreeMap<Code, Option<Class>>,
-) -> Result<Draft, CatalogueError> {
-    if !is_identifier(&file.id, &['.', '-']) {
-        return Err(ctx.err(
-            Some("id"),
-            "a rule id is lower-case letters, digits, `_`, `.` and `-`",
-        ));
-    }
-    let status = file
-        .status
-        .iter()
-        .map(|item| {
-            status_range(item).ok_or_else(|| {
-                ctx.err(
-                    Some("status"),
-                    format!(
-                        "`{}` is not a status, a range like \"520-524\", a class like \"5xx\" or \"none\"",
-                        status_text(item)
-                    ),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let transport = file
-        .transport
-        .iter()
-        .map(|name| {
-            TransportKind::parse(name).ok_or_else(|| {
-                let known: Vec<_> = TransportKind::ALL.iter().map(|k| k.as_str()).collect();
-                ctx.err(
-                    Some("transport"),
-                    format!(
-                        "unknown transport kind `{name}`, expected one of {}",
-                        known.join(", ")
-                    ),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut headers = Vec::new();
-    for (name, pattern) in &file.headers {
-        let field = format!("headers.{name}");
-        // A pseudo-header (AWS event-stream `:exception-type`, HTTP/2 `:status`) keeps its ':'.
-        let token = name.strip_prefix(':').unwrap_or(name);
-        if token.is_empty()
-            || token
-                .bytes()
-                .any(|b| !(b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
-        {
-            return Err(ctx.err(Some(&field), "not a header name"));
-        }
-        matcher(ctx, &field, pattern)?;
-        headers.push((name.to_ascii_lowercase(), pattern.clone()));
-    }
-    if let Some(body) = &file.body {
-        matcher(ctx, "body", body)?;
-    }
-    let has_matcher = !status.is_empty()
-        || !transport.is_empty()
-        || !file.sse_event.is_empty()
-        || !headers.is_empty()
-        || file.body.is_some();
-    if !has_matcher {
-        return Err(ctx.err(
-            None,
-            "a rule needs at least one of `status`, `transport`, `sse_event`, `headers` or `body`",
-        ));
-    }
-    let code = Code::new(&file.code);
-    let class = match codes.get(&code) {
-        Some(class) => *class,
-        None => {
-            return Err(ctx.err(
-                Some("code"),
-                format!(
-                    "code `{}` has no class: declare it under [codes.{}] with a class",
-                    file.code, file.code
-                ),
-            ));
-        }
-    };
-    if let Some(stated) = &file.class {
-        let stated_class = Class::parse(stated).ok_or_else(|| {
-            ctx.err(
-                Some("class"),
-                format!(
-                    "unknown class `{stated}`, expected rate_limit, transient, hard or terminal"
-                ),
-            )
-        })?;
-        if Some(stated_class) != class {
-            let declared = class.map_or("no class", Class::as_str);
-            return Err(ctx.err(
-                Some("class"),
-                format!(
-                    "says `{stated}` but code `{}` is declared as {declared}",
-                    file.code
-                ),
-            ));
-        }
-    }
-    let hints = file
-        .hint
-        .iter()
-        .enumerate()
-        .map(|(i, hint)| compile_hint(ctx, i, hint))
-        .collect::<Result<Vec<_>, _>>()?;
-    let scope = file.scope.unwrap_or_else(|| {
-        class.map_or(crate::classification::Scope::Request, Class::default_scope)
-    });
-    Ok(Draft {
-        file: ctx.file.to_owned(),
-        rule: Rule {
-            id: Arc::from(file.id.as_str()),
-            priority: file.priority,
-            providers: file
-                .provider
-                .iter()
-                .map(|p| p.to_ascii_lowercase())
-                .collect(),
-            status,
-            phase: file.phase.phase(),
-            transport,
-            sse_event: file.sse_event.clone(),
-            headers: Vec::new(),
-            body: None,
-            code,
-            class,
-            confidence: file.confidence,
-            scope,
-            hints,
-        },
-        body: file.body,
-        headers,
-    })
-}
-
-fn compile_hint(
-    ctx: &Ctx<'_>,
-    index: usize,
-    hint: &HintFile,
-) -> Result<HintExtractor, CatalogueError> {
-    let field = format!("hint[{index}]");
-    let from = match hint.from.as_deref() {
-        None | Some("body") => HintFrom::Body,
-        Some(other) => match other.strip_prefix("header:") {
-            Some(name) if !name.is_empty() => HintFrom::Header(name.to_ascii_lowercase()),
-            _ => {
-                return Err(ctx.err(
-                    Some(&format!("{field}.from")),
-                    format!("`{other}` is neither `body` nor `header:NAME`"),
-                ));
-            }
-        },
-    };
-    let pattern_field = format!("{field}.pattern");
-    let regex = regex(ctx, &pattern_field, &hint.pattern)?;
-    let names: HashSet<&str> = regex.capture_names().flatten().collect();
-    let formats: Vec<HintFormat> = HintFormat::GROUPS
-        .iter()
-        .filter(|(group, _)| names.contains(group))
-        .map(|(_, format)| *format)
-        .collect();
-    let [format] = formats[..] else {
-        return Err(ctx.err(
-            Some(&pattern_field),
-            "needs exactly one value group: (?P<seconds>…), (?P<ms>…), (?P<minutes>…), (?P<duration>…), (?P<at>…), (?P<epoch>…), (?P<clock>…) or (?P<words>…)",
-        ));
-    };
-    if names.contains("tz") && format != HintFormat::Clock {
-        return Err(ctx.err(
-            Some(&pattern_field),
-            "a (?P<tz>…) group only goes with (?P<clock>…)",
-        ));
-    }
-    Ok(HintExtractor {
-        from,
-        regex,
-        format,
-    })
-}
-
-fn status_text(item: &StatusFile) -> String {
-    match item {
-        StatusFile::One(n) => n.to_string(),
-        StatusFile::Text(t) => t.clone(),
-    }
-}
-
-fn status_range(item: &StatusFile) -> Option<RangeInclusive<u16>> {
-    let valid = |n: u16| (100..=599).contains(&n);
-    match item {
-        StatusFile::One(n) => valid(*n).then_some(*n..=*n),
-        StatusFile::Text(text) => {
-            let text = text.trim();
-            if text == "none" {
-                return Some(super::NO_STATUS..=super::NO_STATUS);
-            }
-            if let Some(prefix) = text.strip_suffix("xx") {
-                let digit: u16 = prefix.parse().ok()?;
-                return (1..=5)
-                    .contains(&digit)
-                    .then(|| digit * 100..=digit * 100 + 99);
-            }
-            let (lo, hi) = text.split_once('-')?;
-            let (lo, hi): (u16, u16) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
-            (valid(lo) && valid(hi) && lo <= hi).then_some(lo..=hi)
-        }
-    }
 }
 
 /// FNV-1a over the user sources' names and texts: a stable, dependency-free content id.
