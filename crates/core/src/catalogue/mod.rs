@@ -209,19 +209,16 @@ impl Scan<'_> {
         // two were one text: a wrapped "status code\n400" must not lose to a later pattern's
         // `"code": 500` that the text as printed still shows. The body set has matched both.
         let base = catalogue.text_status_base;
-        let matched: Vec<usize> = self.body_set().iter().filter(|&p| p >= base).collect();
-        let text = self.text;
-        for pattern in matched {
-            let Some(extractor) = catalogue.text_status.get(pattern - base) else {
-                continue;
-            };
-            let status = embedded_status(extractor, text)
-                .or_else(|| self.second().and_then(|t| embedded_status(extractor, t)));
-            if status.is_some() {
-                return status;
-            }
-        }
-        None
+        // The scan computes the second reading too; both are then only read.
+        self.body_set();
+        let second = self.second.as_ref().and_then(Option::as_deref);
+        let matched = self.body.as_ref()?.iter().filter(|&p| p >= base);
+        matched
+            .filter_map(|pattern| catalogue.text_status.get(pattern - base))
+            .find_map(|extractor| {
+                embedded_status(extractor, self.text)
+                    .or_else(|| second.and_then(|t| embedded_status(extractor, t)))
+            })
     }
 
     /// Which patterns of the body set match the text, or the text with a reprint undone
