@@ -49,13 +49,21 @@ const SCHEMA: Schema<'static> = Schema {
     name: "runs",
     migrations: &MIGRATIONS,
     read_version: |conn| {
-        conn.execute_batch("CREATE TABLE IF NOT EXISTS run_schema (version INTEGER NOT NULL)")?;
+        let exists: bool = conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'run_schema')",
+            [],
+            |r| r.get(0),
+        )?;
+        if !exists {
+            return Ok(0);
+        }
         let version: Option<usize> = conn
             .query_row("SELECT version FROM run_schema", [], |r| r.get(0))
             .optional()?;
         Ok(version.unwrap_or(0))
     },
     write_version: |conn, version| {
+        conn.execute_batch("CREATE TABLE IF NOT EXISTS run_schema (version INTEGER NOT NULL)")?;
         conn.execute("DELETE FROM run_schema", [])?;
         conn.execute("INSERT INTO run_schema VALUES (?1)", [version])?;
         Ok(())

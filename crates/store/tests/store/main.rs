@@ -568,3 +568,21 @@ fn processes_opening_a_new_file_at_once_all_open_it() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_current_file_opens_while_another_process_holds_its_write_lock() {
+    // `rebound jobs` started while a gateway writes: opening a file whose schema is current
+    // only reads it. Taking the write lock at every open made such a start wait out the busy
+    // timeout (5 s) and fail with "database is locked" when the writer held on.
+    let dir = temp_dir("while-writing");
+    let path = dir.join("jobs.db");
+    drop(SqliteStore::open(&path).unwrap());
+    drop(rebound_store::runs::SqliteRunStore::open(&path).unwrap());
+    let writer = rusqlite::Connection::open(&path).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.list(10).unwrap().is_empty());
+    drop(rebound_store::runs::SqliteRunStore::open(&path).unwrap());
+    writer.execute_batch("COMMIT").unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
