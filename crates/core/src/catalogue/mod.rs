@@ -179,8 +179,9 @@ struct Scan<'a> {
     catalogue: &'a Catalogue,
     evidence: &'a Evidence,
     text: &'a str,
-    /// The text with a reprint undone (`reading.rs`), when that changes it: computed once.
-    second: Option<Option<String>>,
+    /// The text with a reprint undone (`reading.rs`), when that changes it, and the same with
+    /// its lines kept when a decoration was dropped: computed once.
+    second: Option<(Option<String>, Option<String>)>,
     body: Option<Matches>,
     headers: Vec<Option<Option<Matches>>>,
 }
@@ -188,10 +189,13 @@ struct Scan<'a> {
 impl Scan<'_> {
     /// The text with a reprint undone, if that changes it.
     fn second(&mut self) -> Option<&str> {
+        self.readings().0.as_deref()
+    }
+
+    /// Both readings with a reprint undone (`reading::unwrapped`).
+    fn readings(&mut self) -> &(Option<String>, Option<String>) {
         let text = self.text;
-        self.second
-            .get_or_insert_with(|| reading::unwrapped(text))
-            .as_deref()
+        self.second.get_or_insert_with(|| reading::unwrapped(text))
     }
 
     /// The status the evidence carries, or else the first one its text embeds (`Error code:
@@ -211,13 +215,18 @@ impl Scan<'_> {
         let base = catalogue.text_status_base;
         // The scan computes the second reading too; both are then only read.
         self.body_set();
-        let second = self.second.as_ref().and_then(Option::as_deref);
+        let (second, lines) = match &self.second {
+            Some((second, lines)) => (second.as_deref(), lines.as_deref()),
+            None => (None, None),
+        };
         let matched = self.body.as_ref()?.iter().filter(|&p| p >= base);
         matched
             .filter_map(|pattern| catalogue.text_status.get(pattern - base))
             .find_map(|extractor| {
-                embedded_status(extractor, self.text)
-                    .or_else(|| second.and_then(|t| embedded_status(extractor, t)))
+                [Some(self.text), second, lines]
+                    .into_iter()
+                    .flatten()
+                    .find_map(|t| embedded_status(extractor, t))
             })
     }
 
@@ -226,11 +235,11 @@ impl Scan<'_> {
     fn body_set(&mut self) -> &Matches {
         if self.body.is_none() {
             let set = &self.catalogue.body_set;
-            let matches = set.matches(self.text.as_bytes());
-            let matches = match self.second() {
-                Some(second) => matches.union(&set.matches(second.as_bytes())),
-                None => matches,
-            };
+            let mut matches = set.matches(self.text.as_bytes());
+            let (second, lines) = self.readings();
+            for reading in [second, lines].into_iter().flatten() {
+                matches = matches.union(&set.matches(reading.as_bytes()));
+            }
             self.body = Some(matches);
         }
         self.body.get_or_insert_with(Matches::default)

@@ -34,24 +34,32 @@ pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
 /// decoration dropped (`log_line.rs`) and a line break between two words read as a space, when
 /// that changes it. Each step first looks for what it undoes, so a text with nothing to undo
 /// costs a few vectorised scans and no copy.
-pub(super) fn unwrapped(text: &str) -> Option<String> {
+///
+/// The second of the pair is the same text with its lines kept, when a decoration was dropped
+/// and the join then changed the text too: a rule that reads a whole line (`^context size
+/// exceeded$`) met the first line of a multi-line error as printed, but not once a log prefix
+/// stood before it, and the join ran its lines together.
+pub(super) fn unwrapped(text: &str) -> (Option<String>, Option<String>) {
     // JSON twice: a body escaped inside a string that was escaped again.
-    let steps: [fn(&str) -> Option<String>; 5] = [
-        unescape_json,
-        unescape_json,
-        unescape_html,
-        log_line::undecorated,
-        join_wrapped_lines,
-    ];
+    let steps: [fn(&str) -> Option<String>; 3] = [unescape_json, unescape_json, unescape_html];
     let mut current = Cow::Borrowed(text);
     for step in steps {
         if let Some(changed) = step(&current) {
             current = Cow::Owned(changed);
         }
     }
-    match current {
+    let decorated = log_line::undecorated(&current).is_some_and(|bare| {
+        current = Cow::Owned(bare);
+        true
+    });
+    let changed = |reading: Cow<'_, str>| match reading {
         Cow::Owned(changed) if changed != text => Some(changed),
         _ => None,
+    };
+    match join_wrapped_lines(&current) {
+        Some(joined) if decorated => (changed(Cow::Owned(joined)), changed(current)),
+        Some(joined) => (changed(Cow::Owned(joined)), None),
+        None => (changed(current), None),
     }
 }
 
@@ -148,6 +156,7 @@ mod tests {
     fn json_escapes_html_entities_and_wraps_are_undone() {
         assert_eq!(
             unwrapped(r#"{\"type\":\"rate_limit_error\",\"message\":\"It\u0027s\\n\\n\"}"#)
+                .0
                 .as_deref(),
             Some("{\"type\":\"rate_limit_error\",\"message\":\"It's\n\n\"}")
         );
@@ -155,16 +164,17 @@ mod tests {
             unwrapped(
                 "Your credit\nbalance is &quot;too low&quot; occurred\n(ValidationException)"
             )
+            .0
             .as_deref(),
             Some("Your credit balance is \"too low\" occurred (ValidationException)")
         );
         assert_eq!(
-            unwrapped("a\r\nb").as_deref(),
+            unwrapped("a\r\nb").0.as_deref(),
             Some("a b"),
             "a CRLF wrap is one space"
         );
         assert_eq!(
-            unwrapped("error=\"could not load model: desc =\nstat /models\" status=500 [ai-proxy]\n/usr/kong").as_deref(),
+            unwrapped("error=\"could not load model: desc =\nstat /models\" status=500 [ai-proxy]\n/usr/kong").0.as_deref(),
             Some("error=\"could not load model: desc = stat /models\" status=500 [ai-proxy] /usr/kong"),
             "a log line wrapped after a key's `=` or before a path"
         );
@@ -191,11 +201,37 @@ mod tests {
     }
 
     #[test]
+    fn a_decorated_text_is_also_read_with_its_lines_kept() {
+        let printed =
+            "2026-11-30T08:15:02.123Z ERROR agent: context size exceeded\nfailed to decode";
+        assert_eq!(
+            unwrapped(printed),
+            (
+                Some("context size exceeded failed to decode".to_owned()),
+                Some("context size exceeded\nfailed to decode".to_owned())
+            )
+        );
+        // Without a decoration the text as printed has its lines: no third reading.
+        assert_eq!(
+            unwrapped("context size exceeded\nfailed to decode"),
+            (
+                Some("context size exceeded failed to decode".to_owned()),
+                None
+            )
+        );
+        // A decorated text of one line has nothing to join.
+        assert_eq!(
+            unwrapped("ERROR: context size exceeded"),
+            (Some("context size exceeded".to_owned()), None)
+        );
+    }
+
+    #[test]
     fn a_text_with_nothing_to_undo_has_no_second_reading() {
-        assert_eq!(unwrapped("Rate limit reached for gpt-4o"), None);
+        assert_eq!(unwrapped("Rate limit reached for gpt-4o"), (None, None));
         // Indented and blank lines are structure, not a wrap.
-        assert_eq!(unwrapped("{\n    \"error\": 1\n}\n\nnext"), None);
+        assert_eq!(unwrapped("{\n    \"error\": 1\n}\n\nnext"), (None, None));
         // A backslash that escapes nothing JSON knows stays.
-        assert_eq!(unwrapped(r"C:\Users\app \q"), None);
+        assert_eq!(unwrapped(r"C:\Users\app \q"), (None, None));
     }
 }
