@@ -56,79 +56,53 @@ fn the_shipped_catalogue_compiles() {
     assert!(!catalogue.version().contains("+user"));
 }
 
-#[test]
-fn bad_regex_names_file_rule_and_field() {
-    let e = err(r#"
-[[rule]]
-id = "x.bad"
-priority = 1
-body = "(unclosed"
-code = "rate_limited"
-"#);
-    assert_eq!(e.file, "user/rules.toml");
-    assert_eq!(e.rule.as_deref(), Some("x.bad"));
-    assert_eq!(e.field.as_deref(), Some("body"));
-    assert!(e.message.contains("invalid regex"), "{e}");
-    assert!(!e.to_string().contains('\n'), "{e}");
+/// One rule with the given fields after its id and priority.
+fn rule(id: &str, fields: &str) -> String {
+    format!("[[rule]]\nid = \"{id}\"\npriority = 1\n{fields}\n")
 }
 
 #[test]
-fn duplicate_ids_are_refused() {
-    let e = err(r#"
-[[rule]]
-id = "x.same"
-priority = 1
-status = [429]
-code = "rate_limited"
-
-[[rule]]
-id = "x.same"
-priority = 2
-status = [429]
-code = "rate_limited"
-"#);
-    assert_eq!(e.rule.as_deref(), Some("x.same"));
-    assert_eq!(e.field.as_deref(), Some("id"));
-}
-
-#[test]
-fn unknown_fields_are_refused_by_name() {
-    let e = err(r#"
-[[rule]]
-id = "x.typo"
-priority = 1
-stauts = [429]
-code = "rate_limited"
-"#);
-    assert_eq!(e.rule.as_deref(), Some("x.typo"));
-    assert_eq!(e.field.as_deref(), Some("stauts"));
-}
-
-#[test]
-fn a_code_without_a_class_is_refused() {
-    let e = err(r#"
-[[rule]]
-id = "x.nocode"
-priority = 1
-status = [429]
-code = "made_up"
-"#);
-    assert_eq!(e.rule.as_deref(), Some("x.nocode"));
-    assert_eq!(e.field.as_deref(), Some("code"));
-    assert!(e.message.contains("has no class"), "{e}");
-}
-
-#[test]
-fn a_restated_class_must_agree() {
-    let e = err(r#"
-[[rule]]
-id = "x.disagree"
-priority = 1
-status = [429]
-code = "rate_limited"
-class = "transient"
-"#);
-    assert_eq!(e.field.as_deref(), Some("class"));
+fn a_broken_rule_is_refused_naming_file_rule_and_field() {
+    let status = "status = [429]\ncode = \"rate_limited\"";
+    for (rules, id, field, message) in [
+        (
+            rule("x.bad", "body = \"(unclosed\"\ncode = \"rate_limited\""),
+            "x.bad",
+            "body",
+            "invalid regex",
+        ),
+        (
+            rule("x.same", status) + &rule("x.same", status),
+            "x.same",
+            "id",
+            "",
+        ),
+        (
+            rule("x.typo", "stauts = [429]\ncode = \"rate_limited\""),
+            "x.typo",
+            "stauts",
+            "",
+        ),
+        (
+            rule("x.nocode", "status = [429]\ncode = \"made_up\""),
+            "x.nocode",
+            "code",
+            "has no class",
+        ),
+        (
+            rule("x.disagree", &format!("{status}\nclass = \"transient\"")),
+            "x.disagree",
+            "class",
+            "",
+        ),
+    ] {
+        let e = err(&rules);
+        assert_eq!(e.file, "user/rules.toml", "{rules}");
+        assert_eq!(e.rule.as_deref(), Some(id), "{rules}");
+        assert_eq!(e.field.as_deref(), Some(field), "{rules}");
+        assert!(e.message.contains(message), "{e}");
+        assert!(!e.to_string().contains('\n'), "one line: {e}");
+    }
 }
 
 #[test]
