@@ -179,23 +179,18 @@ struct Scan<'a> {
     catalogue: &'a Catalogue,
     evidence: &'a Evidence,
     text: &'a str,
-    /// The text with a reprint undone (`reading.rs`), when that changes it, and the same with
-    /// its lines kept when a decoration was dropped: computed once.
-    second: Option<(Option<String>, Option<String>)>,
+    /// The text read again with a reprint undone (`reading.rs`): computed once.
+    readings: Option<reading::Readings>,
     body: Option<Matches>,
     headers: Vec<Option<Option<Matches>>>,
 }
 
 impl Scan<'_> {
-    /// The text with a reprint undone, if that changes it.
-    fn second(&mut self) -> Option<&str> {
-        self.readings().0.as_deref()
-    }
-
-    /// Both readings with a reprint undone (`reading::unwrapped`).
-    fn readings(&mut self) -> &(Option<String>, Option<String>) {
+    /// The text read again with a reprint undone (`reading::unwrapped`).
+    fn readings(&mut self) -> &reading::Readings {
         let text = self.text;
-        self.second.get_or_insert_with(|| reading::unwrapped(text))
+        self.readings
+            .get_or_insert_with(|| reading::unwrapped(text))
     }
 
     /// The status the evidence carries, or else the first one its text embeds (`Error code:
@@ -213,19 +208,15 @@ impl Scan<'_> {
         // two were one text: a wrapped "status code\n400" must not lose to a later pattern's
         // `"code": 500` that the text as printed still shows. The body set has matched both.
         let base = catalogue.text_status_base;
-        // The scan computes the second reading too; both are then only read.
+        // The scan computes the other readings too; they are then only read.
         self.body_set();
-        let (second, lines) = match &self.second {
-            Some((second, lines)) => (second.as_deref(), lines.as_deref()),
-            None => (None, None),
-        };
+        let readings = self.readings.as_ref()?;
         let matched = self.body.as_ref()?.iter().filter(|&p| p >= base);
         matched
             .filter_map(|pattern| catalogue.text_status.get(pattern - base))
             .find_map(|extractor| {
-                [Some(self.text), second, lines]
-                    .into_iter()
-                    .flatten()
+                std::iter::once(self.text)
+                    .chain(readings.iter())
                     .find_map(|t| embedded_status(extractor, t))
             })
     }
@@ -236,8 +227,7 @@ impl Scan<'_> {
         if self.body.is_none() {
             let set = &self.catalogue.body_set;
             let mut matches = set.matches(self.text.as_bytes());
-            let (second, lines) = self.readings();
-            for reading in [second, lines].into_iter().flatten() {
+            for reading in self.readings().iter() {
                 matches = matches.union(&set.matches(reading.as_bytes()));
             }
             self.body = Some(matches);
@@ -344,7 +334,7 @@ impl Catalogue {
             catalogue: self,
             evidence,
             text: &text,
-            second: None,
+            readings: None,
             body: None,
             headers: Vec::new(),
         };
@@ -416,8 +406,10 @@ impl Catalogue {
             (Some(class), _) => Verdict::Classified(class),
         };
         if out.hint.is_none() {
-            out.hint = rule_hint(rule, evidence, &text, now)
-                .or_else(|| rule_hint(rule, evidence, scan.second()?, now));
+            out.hint = rule_hint(rule, evidence, &text, now).or_else(|| {
+                let mut readings = scan.readings().iter();
+                readings.find_map(|t| rule_hint(rule, evidence, t, now))
+            });
         }
         out
     }
