@@ -75,13 +75,13 @@ fn a_broken_rule_is_refused_naming_file_rule_and_field() {
             rule("x.same", status) + &rule("x.same", status),
             "x.same",
             "id",
-            "",
+            "duplicate rule id, first declared in user/rules.toml",
         ),
         (
             rule("x.typo", "stauts = [429]\ncode = \"rate_limited\""),
             "x.typo",
             "stauts",
-            "",
+            "unknown field `stauts`",
         ),
         (
             rule("x.nocode", "status = [429]\ncode = \"made_up\""),
@@ -93,7 +93,7 @@ fn a_broken_rule_is_refused_naming_file_rule_and_field() {
             rule("x.disagree", &format!("{status}\nclass = \"transient\"")),
             "x.disagree",
             "class",
-            "",
+            "says `transient` but code `rate_limited` is declared as rate_limit",
         ),
     ] {
         let e = err(&rules);
@@ -265,16 +265,26 @@ fn server_headers_beat_body_hints() {
     );
 }
 
-const TEXT_STATUS: &str = r#"
-[[text_status]]
-pattern = 'Error code: (?P<status>\d{3})'
-
+/// The rule the text-status tests read an embedded 429 with.
+const RULE_429: &str = r#"
 [[rule]]
 id = "t.429"
 priority = 10
 status = [429]
 code = "rate_limited"
+"#;
 
+/// A catalogue of `[[text_status]]` patterns, in order, then `RULE_429` and `rules`.
+fn with_text_status(patterns: &[&str], rules: &str) -> Catalogue {
+    let patterns: String = patterns
+        .iter()
+        .map(|p| format!("[[text_status]]\npattern = '{p}'\n\n"))
+        .collect();
+    compile(&format!("{patterns}{RULE_429}\n{rules}")).unwrap()
+}
+
+/// A rule that reads an AWS event-stream frame's `:exception-type` header.
+const PSEUDO_HEADER: &str = r#"
 [[rule]]
 id = "t.pseudo_header"
 priority = 20
@@ -284,7 +294,7 @@ code = "rate_limited"
 
 #[test]
 fn text_that_embeds_a_status_is_classified_by_it() {
-    let catalogue = compile(TEXT_STATUS).unwrap();
+    let catalogue = with_text_status(&[r"Error code: (?P<status>\d{3})"], PSEUDO_HEADER);
     let pasted = text("RateLimitError: Error code: 429 - {'error': {}}");
     let c = catalogue.classify(&pasted, now());
     assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
@@ -307,22 +317,10 @@ fn a_reprinted_text_gives_its_status_and_hint_too() {
     // A relay escaped the provider's line break inside a JSON string: `\nError code: 429`
     // has no word boundary before `Error`, and a reset split by a wrap is not one number
     // apart from its unit. Both are read from the text with the reprint undone.
-    let catalogue = compile(
-        r#"
-[[text_status]]
-pattern = '\bError code: (?P<status>\d{3})'
-
-[[rule]]
-id = "t.429"
-priority = 10
-status = [429]
-code = "rate_limited"
-
-  [[rule.hint]]
-  pattern = 'try again in (?P<seconds>\d+) seconds'
-"#,
-    )
-    .unwrap();
+    let catalogue = with_text_status(
+        &[r"\bError code: (?P<status>\d{3})"],
+        "  [[rule.hint]]\n  pattern = 'try again in (?P<seconds>\\d+) seconds'\n",
+    );
     let escaped = text(r#"{"detail":"upstream said:\nError code: 429"}"#);
     let c = catalogue.classify(&escaped, now());
     assert_eq!((c.rule_id.as_deref(), c.status), (Some("t.429"), Some(429)));
@@ -341,28 +339,10 @@ code = "rate_limited"
 fn text_status_patterns_share_the_rules_scan_and_the_first_that_reads_decides() {
     // The text-status patterns follow the rules' in one matcher: a text-status match is no
     // rule's match, and a rule's match gives no status.
-    let catalogue = compile(
-        r#"
-[[text_status]]
-pattern = 'code (?P<status>\d{3})'
-
-[[text_status]]
-pattern = 'HTTP (?P<status>\d{3})'
-
-[[rule]]
-id = "t.429"
-priority = 10
-status = [429]
-code = "rate_limited"
-
-[[rule]]
-id = "t.upstream"
-priority = 5
-body = '(?i)upstream busy'
-code = "rate_limited"
-"#,
-    )
-    .unwrap();
+    let catalogue = with_text_status(
+        &[r"code (?P<status>\d{3})", r"HTTP (?P<status>\d{3})"],
+        "[[rule]]\nid = \"t.upstream\"\npriority = 5\nbody = '(?i)upstream busy'\ncode = \"rate_limited\"\n",
+    );
     let c = catalogue.classify(&text("HTTP 503"), now());
     assert_eq!((c.rule_id.as_deref(), c.status), (None, Some(503)));
     let c = catalogue.classify(&text("upstream busy"), now());
@@ -437,7 +417,7 @@ fn a_text_status_pattern_needs_a_status_group() {
 
 #[test]
 fn pseudo_header_names_are_rule_matchers() {
-    let catalogue = compile(TEXT_STATUS).unwrap();
+    let catalogue = with_text_status(&[r"Error code: (?P<status>\d{3})"], PSEUDO_HEADER);
     let frame = Evidence {
         headers: [(":exception-type", "throttlingException")]
             .into_iter()
