@@ -96,11 +96,11 @@ fn use_wal(conn: &Connection) -> Result<(), OpenError> {
             // A database in memory stays `memory`; there is nothing to share.
             Ok(_) => return Ok(()),
             Err(rusqlite::Error::SqliteFailure(e, _))
-                if e.code == rusqlite::ErrorCode::DatabaseBusy && waited < BUSY_TIMEOUT => {}
-            Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == rusqlite::ErrorCode::DatabaseBusy =>
             {
-                return Err(OpenError::Busy);
+                if waited >= BUSY_TIMEOUT {
+                    return Err(OpenError::Busy);
+                }
             }
             Err(e) => return Err(e.into()),
         }
