@@ -74,6 +74,7 @@ pub mod policy;
 pub mod redact;
 pub mod retry_after;
 pub mod status;
+pub mod toml_refusal;
 pub mod turn;
 
 pub use backoff::{Backoff, Jitter};

@@ -428,6 +428,30 @@ fn a_bad_user_rule_is_refused_naming_file_rule_and_field() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+#[test]
+fn a_user_rule_file_that_is_not_toml_is_refused_naming_file_and_line() {
+    let dir = rule_dir(
+        "syntax",
+        &[(
+            "unclosed.toml",
+            "[[rule]]\nid = \"mine.unclosed\"\ncode = \"rate_limited\"\n\nbody = \"(?i)slow down\n",
+        )],
+    );
+    let stderr = refused(
+        &[
+            "classify",
+            "--catalogue",
+            dir.to_str().unwrap(),
+            "--status",
+            "429",
+        ],
+        None,
+    );
+    assert!(stderr.contains("unclosed.toml: line 5: "), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 fn json_stdin(args: &[&str], stdin: &str) -> Value {
     let out = rebound(args, Some(stdin));
     assert!(

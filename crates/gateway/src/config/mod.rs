@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rebound_core::Policy;
+use rebound_core::toml_refusal::{named_field, one_line, syntax};
 use rebound_runtime::Protocol;
 
 mod agent;
@@ -218,17 +219,8 @@ pub fn load_with(
         key,
         message: one_line(&message),
     };
-    let parsed: ConfigFile = toml::from_str(text).map_err(|e| {
-        let key = field_in(e.message());
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let message = match line {
-            Some(line) => format!("line {line}: {}", e.message()),
-            None => e.message().to_owned(),
-        };
-        err(key, message)
-    })?;
+    let parsed: ConfigFile =
+        toml::from_str(text).map_err(|e| err(named_field(e.message()), syntax(text, &e)))?;
     let listen = match (overrides.listen, &parsed.listen) {
         (Some(addr), _) => addr,
         (None, Some(text)) => text.parse().map_err(|_| {
@@ -521,16 +513,6 @@ fn default_store_path(env: &dyn Env) -> std::path::PathBuf {
     } else {
         jobs
     }
-}
-
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn field_in(message: &str) -> Option<String> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_owned())
 }
 
 impl Config {

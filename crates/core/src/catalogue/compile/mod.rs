@@ -13,6 +13,7 @@ use super::file::{CodeFile, ManifestFile, RuleFile, TextStatusFile};
 use super::matcher::{BuildError, Matcher};
 use super::{Catalogue, HeaderSlot, HintFrom, Rule};
 use crate::classification::{Class, Code};
+use crate::toml_refusal::{named_field, one_line, syntax};
 use rule::{compile_rule, extractor};
 
 /// The compiled size bound of one regex or of one matcher's automaton.
@@ -80,18 +81,6 @@ impl Ctx<'_> {
     }
 }
 
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-/// Pulls the field name out of a serde message such as "unknown field `bdy`, expected …" or
-/// "missing field `code`".
-fn serde_field(message: &str) -> Option<String> {
-    let start = message.find('`')? + 1;
-    let len = message[start..].find('`')?;
-    Some(message[start..start + len].to_owned())
-}
-
 fn is_identifier(name: &str, extra: &[char]) -> bool {
     let mut chars = name.chars();
     chars
@@ -115,7 +104,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
         let table: toml::Table = source
             .text
             .parse()
-            .map_err(|e: toml::de::Error| ctx.err(None, e.message()))?;
+            .map_err(|e: toml::de::Error| ctx.err(None, syntax(&source.text, &e)))?;
         for key in table.keys() {
             if !matches!(key.as_str(), "catalogue" | "codes" | "rule" | "text_status") {
                 return Err(ctx.err(
@@ -146,7 +135,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
             }
             let manifest = ManifestFile::deserialize(value.clone()).map_err(|e| {
                 ctx.err(
-                    serde_field(e.message()).as_deref().or(Some("catalogue")),
+                    named_field(e.message()).as_deref().or(Some("catalogue")),
                     e.message(),
                 )
             })?;
@@ -170,7 +159,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
                 return Err(ctx.err(Some(&field), "a code is lower-case letters, digits and `_`"));
             }
             let entry = CodeFile::deserialize(value.clone()).map_err(|e| {
-                let inner = serde_field(e.message()).map(|f| format!("{field}.{f}"));
+                let inner = named_field(e.message()).map(|f| format!("{field}.{f}"));
                 ctx.err(inner.as_deref().or(Some(&field)), e.message())
             })?;
             let class = match entry.class.as_deref() {
@@ -228,7 +217,7 @@ pub(super) fn compile(base: &[Source], user: &[Source]) -> Result<Catalogue, Cat
                 rule: Some(id.clone()),
             };
             let file = RuleFile::deserialize(value.clone())
-                .map_err(|e| ctx.err(serde_field(e.message()).as_deref(), e.message()))?;
+                .map_err(|e| ctx.err(named_field(e.message()).as_deref(), e.message()))?;
             if let Some(first) = ids.insert(file.id.clone(), source.name.clone()) {
                 return Err(ctx.err(
                     Some("id"),
