@@ -10,10 +10,10 @@ use std::fmt;
 use std::sync::LazyLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use jiff::Timestamp;
+use jiff::civil::{DateTime, Time};
+use jiff::tz::{Offset, TimeZone, TimeZoneDatabase};
 use serde::Serialize;
-use time::format_description::OwnedFormatItem;
-use time::parsing::Parsed;
-use time::{OffsetDateTime, PrimitiveDateTime, Time, UtcOffset};
 
 /// The longest wait any hint may ask for. Longer well-formed values are saturated at it (T2);
 /// the class cap then bounds the wait.
@@ -86,8 +86,9 @@ pub enum HintFormat {
     At,
     /// Unix time in seconds.
     Epoch,
-    /// A time of day (`3pm`, `15:00`, `3:30 PM`) in the zone of the `tz` group, which must be
-    /// UTC, GMT, Z or a numeric offset; without a zone the value is dropped.
+    /// A time of day (`3pm`, `15:00`, `3:30 PM`) in the zone of the `tz` group: UTC, GMT, Z, a
+    /// numeric offset or an IANA zone name (`Europe/Warsaw`); without a zone the value is
+    /// dropped.
     Clock,
     /// A duration in words, as agent CLIs print it (`4 days 2 hours 46 minutes`, `3 hours 2
     /// minutes`, `1 day, 5 hours and 3 minutes`, `45 seconds`).
@@ -242,49 +243,129 @@ pub fn parse_go_duration(value: &str) -> Option<Duration> {
 /// seconds may be left out). The zone is `Z`, `UTC`, `GMT` or a numeric offset; a time without
 /// one names no moment and is refused.
 pub fn parse_timestamp(value: &str) -> Option<SystemTime> {
-    static STAMP: LazyLock<Option<OwnedFormatItem>> = LazyLock::new(|| {
-        description(
-            "[year]-[month]-[day][first [T][t][ ]][hour]:[minute]:[second][optional [.[subsecond]]]",
-        )
-    });
-    static IN_WORDS: LazyLock<Option<OwnedFormatItem>> = LazyLock::new(|| {
-        description("[year]-[month]-[day] at [hour]:[minute][optional [:[second]]]")
-    });
-    let value = value.trim().as_bytes();
-    [&*STAMP, &*IN_WORDS].into_iter().find_map(|format| {
-        let format = format.as_ref()?;
-        let mut parsed = Parsed::new();
-        let zone = parsed.parse_item(value, format).ok()?;
-        let offset = UtcOffset::from_whole_seconds(parse_offset(std::str::from_utf8(zone).ok()?)?);
-        let at = PrimitiveDateTime::try_from(parsed)
-            .ok()?
-            .assume_offset(offset.ok()?);
-        Some(SystemTime::from(at))
-    })
+    let mut text = Cursor(value.trim().as_bytes());
+    let (year, month, day) = (text.number(4)?, text.after(b'-')?, text.after(b'-')?);
+    let in_words = text.skip(b" at ");
+    if !(in_words || text.skip(b"T") || text.skip(b"t") || text.skip(b" ")) {
+        return None;
+    }
+    let (hour, minute) = (text.number(2)?, text.after(b':')?);
+    let second = if text.skip(b":") {
+        text.number(2)?
+    } else if in_words {
+        0
+    } else {
+        return None;
+    };
+    let nanos = if !in_words && text.skip(b".") {
+        text.fraction()?
+    } else {
+        0
+    };
+    let zone = Offset::from_seconds(parse_offset(std::str::from_utf8(text.0).ok()?)?).ok()?;
+    let at = DateTime::new(
+        i16::try_from(year).ok()?,
+        i8::try_from(month).ok()?,
+        i8::try_from(day).ok()?,
+        i8::try_from(hour).ok()?,
+        i8::try_from(minute).ok()?,
+        i8::try_from(second).ok()?,
+        nanos,
+    )
+    .ok()?
+    .to_zoned_datetime(TimeZone::fixed(zone))
+    .ok()?;
+    SystemTime::try_from(at.timestamp()).ok()
+}
+
+/// A reader of a fixed-width date and time, byte by byte: each step consumes what it read or
+/// answers `None`.
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    /// Exactly `width` ASCII digits.
+    fn number(&mut self, width: usize) -> Option<u32> {
+        let digits = self.0.get(..width)?;
+        if !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        self.0 = &self.0[width..];
+        digits.iter().try_fold(0u32, |n, d| {
+            n.checked_mul(10)?.checked_add(u32::from(d - b'0'))
+        })
+    }
+
+    /// `separator`, then two digits.
+    fn after(&mut self, separator: u8) -> Option<u32> {
+        (self.0.first() == Some(&separator)).then_some(())?;
+        self.0 = &self.0[1..];
+        self.number(2)
+    }
+
+    /// Consumes `prefix` if the text starts with it.
+    fn skip(&mut self, prefix: &[u8]) -> bool {
+        let found = self.0.starts_with(prefix);
+        if found {
+            self.0 = &self.0[prefix.len()..];
+        }
+        found
+    }
+
+    /// One to nine digits of a second's fraction, as nanoseconds.
+    fn fraction(&mut self) -> Option<i32> {
+        let len = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
+        if !(1..=9).contains(&len) {
+            return None;
+        }
+        let scale = 10i32.pow(u32::try_from(9 - len).ok()?);
+        let value = i32::try_from(self.number(len)?).ok()?;
+        value.checked_mul(scale)
+    }
 }
 
 /// `Z`, `UTC`, `GMT`, `+02:00`, `-0530` → offset east of UTC in seconds.
 fn parse_offset(zone: &str) -> Option<i32> {
-    static OFFSET: LazyLock<Option<OwnedFormatItem>> =
-        LazyLock::new(|| description("[offset_hour sign:mandatory][optional [:]][offset_minute]"));
     let zone = zone.trim();
     if matches!(zone, "Z" | "z" | "UTC" | "GMT" | "utc" | "gmt") {
         return Some(0);
     }
-    let offset = UtcOffset::parse(zone, OFFSET.as_ref()?).ok()?;
-    (offset.whole_hours().abs() <= 18).then(|| offset.whole_seconds())
+    let mut text = Cursor(zone.as_bytes());
+    let sign = if text.skip(b"+") {
+        1
+    } else if text.skip(b"-") {
+        -1
+    } else {
+        return None;
+    };
+    let hours = text.number(2)?;
+    text.skip(b":");
+    let minutes = text.number(2)?;
+    if !text.0.is_empty() || hours > 18 || minutes > 59 {
+        return None;
+    }
+    Some(sign * i32::try_from(hours * 3600 + minutes * 60).ok()?)
 }
 
-/// A format description written in the `time` crate's own language. The descriptions are
-/// constants of this module: one that did not parse would refuse every timestamp, which the
-/// tests below would catch.
-fn description(format: &str) -> Option<OwnedFormatItem> {
-    time::format_description::parse_owned::<2>(format).ok()
+/// The zone a time of day is read in: `UTC`, `GMT`, `Z` or a numeric offset, or a name of the
+/// IANA time zone database (`Europe/Warsaw`, `America/Los_Angeles`), whose rules the binary
+/// carries, so the answer does not depend on the machine. Abbreviations such as `PST` name no
+/// zone there and are refused.
+fn zone(name: &str) -> Option<TimeZone> {
+    static ZONES: LazyLock<TimeZoneDatabase> = LazyLock::new(TimeZoneDatabase::bundled);
+    if let Some(seconds) = parse_offset(name) {
+        return Some(TimeZone::fixed(Offset::from_seconds(seconds).ok()?));
+    }
+    let zone = ZONES.get(name.trim()).ok()?;
+    zone.iana_name()
+        .is_some_and(|n| n != "Etc/Unknown")
+        .then_some(zone)
 }
 
 /// The wait until the next occurrence of a time of day (`3pm`, `3:30 pm`, `15:00`) in a zone.
+/// A time a clock change skips or repeats is read as the zone's rules place it (the later
+/// offset for a gap, the earlier for a repeat).
 fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
-    let offset = UtcOffset::from_whole_seconds(parse_offset(tz)?).ok()?;
+    let zone = zone(tz)?;
     let lower = value.to_ascii_lowercase();
     let (clock, meridiem) = if let Some(c) = lower.strip_suffix("am") {
         (c.trim(), Some(false))
@@ -294,8 +375,8 @@ fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
         (lower.trim(), None)
     };
     let (hour, minute) = match clock.split_once(':') {
-        Some((h, m)) => (h.parse::<u8>().ok()?, m.parse::<u8>().ok()?),
-        None => (clock.parse::<u8>().ok()?, 0),
+        Some((h, m)) => (h.parse::<i8>().ok()?, m.parse::<i8>().ok()?),
+        None => (clock.parse::<i8>().ok()?, 0),
     };
     let hour = match meridiem {
         Some(pm) if (1..=12).contains(&hour) => hour % 12 + if pm { 12 } else { 0 },
@@ -303,12 +384,22 @@ fn clock_delay(value: &str, tz: &str, now: SystemTime) -> Option<Duration> {
         None if !clock.contains(':') => return None,
         None => hour,
     };
-    let local_now = OffsetDateTime::from(now).to_offset(offset);
-    let mut target = local_now.replace_time(Time::from_hms(hour, minute, 0).ok()?);
-    if target <= local_now {
-        target += time::Duration::DAY;
+    let time = Time::new(hour, minute, 0, 0).ok()?;
+    let now = Timestamp::try_from(now).ok()?;
+    let today = now.to_zoned_datetime(zone.clone()).date();
+    let mut target = today
+        .to_datetime(time)
+        .to_zoned_datetime(zone.clone())
+        .ok()?;
+    if target.timestamp() <= now {
+        target = today
+            .tomorrow()
+            .ok()?
+            .to_datetime(time)
+            .to_zoned_datetime(zone)
+            .ok()?;
     }
-    Duration::try_from(target - local_now).ok()
+    Duration::try_from(target.timestamp().duration_since(now)).ok()
 }
 
 #[cfg(test)]
@@ -509,5 +600,27 @@ mod tests {
         assert_eq!(HintFormat::Clock.parse("3pm", Some("PST"), now), None);
         assert_eq!(HintFormat::Clock.parse("13pm", Some("UTC"), now), None);
         assert_eq!(HintFormat::Clock.parse("15", Some("UTC"), now), None);
+    }
+
+    #[test]
+    fn clock_times_in_a_named_zone_follow_its_rules() {
+        let clock = |value, zone, now| HintFormat::Clock.parse(value, Some(zone), at(now));
+        let hours = |h: f64| Some(Duration::from_secs_f64(h * 3600.0));
+        // 2026-11-30T14:00:00Z: Warsaw is at +01:00, Los Angeles at -08:00.
+        let winter = 1_796_047_200;
+        assert_eq!(clock("5pm", "Europe/Warsaw", winter), hours(2.0));
+        assert_eq!(clock("3pm", "America/Los_Angeles", winter), hours(9.0));
+        assert_eq!(clock("5pm", "europe/warsaw", winter), hours(2.0));
+        // 2026-07-01T12:00:00Z: Warsaw keeps summer time, +02:00.
+        assert_eq!(clock("5pm", "Europe/Warsaw", 1_782_907_200), hours(3.0));
+        // 2026-03-29T00:00:00Z, 01:00 in Warsaw: its clocks skip 02:00–03:00 that night, so
+        // 2:30 is read as 03:30 summer time.
+        assert_eq!(clock("2:30am", "Europe/Warsaw", 1_774_742_400), hours(1.5));
+        // 2026-10-25T00:00:00Z, 02:00 summer time in Warsaw: 02:30 comes twice; the first.
+        assert_eq!(clock("2:30am", "Europe/Warsaw", 1_792_886_400), hours(0.5));
+        // Names the database does not hold, and abbreviations, are no zone.
+        for zone in ["PST", "Mars/Olympus", "Etc/Unknown", "", "Europe/"] {
+            assert_eq!(clock("5pm", zone, winter), None, "{zone:?}");
+        }
     }
 }
