@@ -311,6 +311,53 @@ async fn a_usage_limit_with_a_reset_waits_then_resumes_the_same_session() {
     server.shutdown().await;
 }
 
+/// C9, D2: Claude Code names its plan's reset as a time of day in the user's own zone; the run
+/// waits until that moment there (11am in Los Angeles is 19:00 UTC on this November day, four
+/// hours after the start) and resumes the same session. A zone abbreviation names no moment:
+/// no wait, the next profile.
+#[tokio::test]
+async fn a_usage_limit_reset_in_a_named_zone_is_waited_for_and_an_abbreviation_is_not() {
+    let agents = Agents::new(&json!({
+        "claude": [claude_fails("You've hit your limit · resets 11am (America/Los_Angeles)"), claude_ok()],
+        "codex": [codex_ok()],
+    }));
+    let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
+    let (events, record) = run(&server, &agents).await;
+    assert_eq!(
+        agents.calls(),
+        vec![
+            call("claude", "fresh", "sess-claude-1"),
+            call("claude", "resume", "sess-claude-1"),
+        ]
+    );
+    assert_eq!(time.waits(), vec![Duration::from_secs(4 * 3600)]);
+    let waiting = events.iter().find(|e| e["state"] == "waiting").unwrap();
+    assert_eq!(waiting["deadline_ms"], (START + 4 * 3600) * 1000);
+    assert_eq!(
+        waiting["classification"]["rule_id"],
+        "anthropic.subscription_limit_clock"
+    );
+    assert_eq!(record["state"], "succeeded");
+    server.shutdown().await;
+
+    let agents = Agents::new(&json!({
+        "claude": [claude_fails("You've hit your limit · resets 11am (PST)")],
+        "codex": [codex_ok()],
+    }));
+    let (server, time) = pair(&agents, ("claude", POLICY), ("codex", POLICY), false).await;
+    let (_, run) = run(&server, &agents).await;
+    assert_eq!(
+        agents.calls(),
+        vec![
+            call("claude", "fresh", "sess-claude-1"),
+            call("codex", "fresh", "sess-codex-1"),
+        ]
+    );
+    assert!(time.waits().is_empty());
+    assert_eq!(run["state"], "succeeded");
+    server.shutdown().await;
+}
+
 /// C9, D2: a reset beyond the profile's maximum wait skips to the next profile, afresh —
 /// nothing had acted.
 #[tokio::test]
