@@ -106,6 +106,28 @@ proptest! {
         }
     }
 
+    /// C6, C9: a time of day in a named zone is the next such moment there: always found, and
+    /// never more than a day and a clock change away, whatever the day and the zone's rules.
+    #[test]
+    fn a_time_of_day_in_a_named_zone_is_within_a_day(
+        zone in prop::sample::select(vec![
+            "Europe/Warsaw", "America/Los_Angeles", "Asia/Kolkata", "Australia/Lord_Howe",
+            "Pacific/Chatham", "America/St_Johns", "Africa/Casablanca", "UTC",
+        ]),
+        hour in 1u32..=12,
+        minute in 0u32..60,
+        pm in any::<bool>(),
+        secs in 1_700_000_000u64..2_100_000_000,
+    ) {
+        use rebound_core::hint::HintFormat;
+        let value = format!("{hour}:{minute:02} {}", if pm { "pm" } else { "am" });
+        let at = std::time::UNIX_EPOCH + Duration::from_secs(secs);
+        let wait = HintFormat::Clock.parse(&value, Some(zone), at);
+        prop_assert!(wait.is_some(), "{value} {zone} at {secs}");
+        let wait = wait.unwrap_or_default();
+        prop_assert!(wait > Duration::ZERO && wait <= Duration::from_secs(25 * 3600), "{wait:?}");
+    }
+
     #[test]
     fn classification_never_panics_on_arbitrary_evidence(
         status in prop::option::of(any::<u16>()),
