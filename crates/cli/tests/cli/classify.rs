@@ -403,53 +403,40 @@ code = "gpu_oom"
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A user rule file the catalogue cannot take is refused on one line that says where: the
+/// file, rule and field of a bad rule; the file and line of text that is not TOML.
 #[test]
-fn a_bad_user_rule_is_refused_naming_file_rule_and_field() {
-    let dir = rule_dir(
-        "bad",
-        &[(
+fn a_bad_user_rule_file_is_refused_on_one_line_naming_where() {
+    let cases: [(&str, &str, &[&str]); 2] = [
+        (
             "broken.toml",
             "[[rule]]\nid = \"mine.broken\"\npriority = 1\nbody = \"(oops\"\ncode = \"rate_limited\"\n",
-        )],
-    );
-    let stderr = refused(
-        &[
-            "classify",
-            "--catalogue",
-            dir.to_str().unwrap(),
-            "--status",
-            "429",
-        ],
-        None,
-    );
-    assert!(stderr.contains("broken.toml"), "{stderr}");
-    assert!(stderr.contains("mine.broken"), "{stderr}");
-    assert!(stderr.contains("`body`"), "{stderr}");
-    std::fs::remove_dir_all(dir).unwrap();
-}
-
-#[test]
-fn a_user_rule_file_that_is_not_toml_is_refused_naming_file_and_line() {
-    let dir = rule_dir(
-        "syntax",
-        &[(
+            &["broken.toml", "mine.broken", "`body`"],
+        ),
+        (
             "unclosed.toml",
             "[[rule]]\nid = \"mine.unclosed\"\ncode = \"rate_limited\"\n\nbody = \"(?i)slow down\n",
-        )],
-    );
-    let stderr = refused(
-        &[
-            "classify",
-            "--catalogue",
-            dir.to_str().unwrap(),
-            "--status",
-            "429",
-        ],
-        None,
-    );
-    assert!(stderr.contains("unclosed.toml: line 5: "), "{stderr}");
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    std::fs::remove_dir_all(dir).unwrap();
+            &["unclosed.toml: line 5: "],
+        ),
+    ];
+    for (file, text, words) in cases {
+        let dir = rule_dir(file, &[(file, text)]);
+        let stderr = refused(
+            &[
+                "classify",
+                "--catalogue",
+                dir.to_str().unwrap(),
+                "--status",
+                "429",
+            ],
+            None,
+        );
+        for word in words {
+            assert!(stderr.contains(word), "{word}: {stderr}");
+        }
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 fn json_stdin(args: &[&str], stdin: &str) -> Value {
