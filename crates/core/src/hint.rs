@@ -243,107 +243,42 @@ pub fn parse_go_duration(value: &str) -> Option<Duration> {
 /// seconds may be left out). The zone is `Z`, `UTC`, `GMT` or a numeric offset; a time without
 /// one names no moment and is refused.
 pub fn parse_timestamp(value: &str) -> Option<SystemTime> {
-    let mut text = Cursor(value.trim().as_bytes());
-    let (year, month, day) = (text.number(4)?, text.after(b'-')?, text.after(b'-')?);
-    let in_words = text.skip(b" at ");
-    if !(in_words || text.skip(b"T") || text.skip(b"t") || text.skip(b" ")) {
-        return None;
-    }
-    let (hour, minute) = (text.number(2)?, text.after(b':')?);
-    let second = if text.skip(b":") {
-        text.number(2)?
-    } else if in_words {
-        0
-    } else {
-        return None;
+    let value = value.trim();
+    let at = match value.parse::<Timestamp>() {
+        Ok(at) => at,
+        Err(_) => {
+            // A zone jiff's RFC 3339 reader does not take (` UTC`, ` +02:00` after a space),
+            // or the sentence form: the civil time, then the zone.
+            let (civil, zone) = value.rsplit_once(' ')?;
+            let civil: DateTime = civil.replacen(" at ", "T", 1).parse().ok()?;
+            let zone = TimeZone::fixed(Offset::from_seconds(parse_offset(zone)?).ok()?);
+            civil.to_zoned_datetime(zone).ok()?.timestamp()
+        }
     };
-    let nanos = if !in_words && text.skip(b".") {
-        text.fraction()?
-    } else {
-        0
-    };
-    let zone = Offset::from_seconds(parse_offset(std::str::from_utf8(text.0).ok()?)?).ok()?;
-    let at = DateTime::new(
-        i16::try_from(year).ok()?,
-        i8::try_from(month).ok()?,
-        i8::try_from(day).ok()?,
-        i8::try_from(hour).ok()?,
-        i8::try_from(minute).ok()?,
-        i8::try_from(second).ok()?,
-        nanos,
-    )
-    .ok()?
-    .to_zoned_datetime(TimeZone::fixed(zone))
-    .ok()?;
-    SystemTime::try_from(at.timestamp()).ok()
+    SystemTime::try_from(at).ok()
 }
 
-/// A reader of a fixed-width date and time, byte by byte: each step consumes what it read or
-/// answers `None`.
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    /// Exactly `width` ASCII digits.
-    fn number(&mut self, width: usize) -> Option<u32> {
-        let digits = self.0.get(..width)?;
-        if !digits.iter().all(u8::is_ascii_digit) {
-            return None;
-        }
-        self.0 = &self.0[width..];
-        digits.iter().try_fold(0u32, |n, d| {
-            n.checked_mul(10)?.checked_add(u32::from(d - b'0'))
-        })
-    }
-
-    /// `separator`, then two digits.
-    fn after(&mut self, separator: u8) -> Option<u32> {
-        (self.0.first() == Some(&separator)).then_some(())?;
-        self.0 = &self.0[1..];
-        self.number(2)
-    }
-
-    /// Consumes `prefix` if the text starts with it.
-    fn skip(&mut self, prefix: &[u8]) -> bool {
-        let found = self.0.starts_with(prefix);
-        if found {
-            self.0 = &self.0[prefix.len()..];
-        }
-        found
-    }
-
-    /// One to nine digits of a second's fraction, as nanoseconds.
-    fn fraction(&mut self) -> Option<i32> {
-        let len = self.0.iter().take_while(|b| b.is_ascii_digit()).count();
-        if !(1..=9).contains(&len) {
-            return None;
-        }
-        let scale = 10i32.pow(u32::try_from(9 - len).ok()?);
-        let value = i32::try_from(self.number(len)?).ok()?;
-        value.checked_mul(scale)
-    }
-}
-
-/// `Z`, `UTC`, `GMT`, `+02:00`, `-0530` → offset east of UTC in seconds.
+/// `Z`, `UTC`, `GMT`, `+02:00`, `-0530` → offset east of UTC in seconds, at most 18 hours.
 fn parse_offset(zone: &str) -> Option<i32> {
     let zone = zone.trim();
     if matches!(zone, "Z" | "z" | "UTC" | "GMT" | "utc" | "gmt") {
         return Some(0);
     }
-    let mut text = Cursor(zone.as_bytes());
-    let sign = if text.skip(b"+") {
-        1
-    } else if text.skip(b"-") {
-        -1
-    } else {
-        return None;
+    let (sign, rest) = match zone.as_bytes() {
+        [b'+', rest @ ..] => (1, rest),
+        [b'-', rest @ ..] => (-1, rest),
+        _ => return None,
     };
-    let hours = text.number(2)?;
-    text.skip(b":");
-    let minutes = text.number(2)?;
-    if !text.0.is_empty() || hours > 18 || minutes > 59 {
-        return None;
-    }
-    Some(sign * i32::try_from(hours * 3600 + minutes * 60).ok()?)
+    let ([h1, h2], [m1, m2]) = match *rest {
+        [h1, h2, b':', m1, m2] | [h1, h2, m1, m2] => ([h1, h2], [m1, m2]),
+        _ => return None,
+    };
+    let two = |tens: u8, ones: u8| {
+        (tens.is_ascii_digit() && ones.is_ascii_digit())
+            .then(|| i32::from(tens - b'0') * 10 + i32::from(ones - b'0'))
+    };
+    let (hours, minutes) = (two(h1, h2)?, two(m1, m2)?);
+    (hours <= 18 && minutes <= 59).then_some(sign * (hours * 3600 + minutes * 60))
 }
 
 /// The zone a time of day is read in: `UTC`, `GMT`, `Z` or a numeric offset, or a name of the
@@ -518,10 +453,21 @@ mod tests {
             parse_timestamp("2026-11-30 at 17:00:00 +02:00"),
             Some(at(1_796_050_800))
         );
+        // Minutes and seconds may be left out, as ISO 8601 allows; the moment is still named.
+        assert_eq!(
+            parse_timestamp("2026-11-30 at 15 UTC"),
+            Some(at(1_796_050_800))
+        );
+        assert_eq!(
+            parse_timestamp("2026-11-30T15:00Z"),
+            Some(at(1_796_050_800))
+        );
+        assert_eq!(
+            parse_timestamp("2026-11-30 15:00:00 UTC"),
+            Some(at(1_796_050_800))
+        );
         for bad in [
             "2026-11-30 at 15:00",
-            "2026-11-30T15:00Z",
-            "2026-11-30 at 15 UTC",
             "2026-11-30 at 15:00 PST",
             "2026-11-30T15:00:00.Z",
             "2026-11-30T15:00:00+0é0",
