@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 39] = [
+const SHIPPED: [(&str, &str); 41] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -160,6 +160,14 @@ const SHIPPED: [(&str, &str); 39] = [
     (
         "rules/apps.toml",
         include_str!("../../../../catalogue/rules/apps.toml"),
+    ),
+    (
+        "rules/media.toml",
+        include_str!("../../../../catalogue/rules/media.toml"),
+    ),
+    (
+        "rules/webchat.toml",
+        include_str!("../../../../catalogue/rules/webchat.toml"),
     ),
 ];
 

@@ -15,6 +15,8 @@ use crate::{CATALOGUE, now};
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FixtureFile {
+    /// A file may hold none yet: every rule's own fixtures are checked below.
+    #[serde(default)]
     fixture: Vec<Fixture>,
 }
 
