@@ -93,11 +93,13 @@ pub enum HintFormat {
     /// A duration in words, as agent CLIs print it (`4 days 2 hours 46 minutes`, `3 hours 2
     /// minutes`, `1 day, 5 hours and 3 minutes`, `45 seconds`).
     Words,
+    /// A duration as a stopwatch prints it, hours, minutes and seconds (`0:01:25`, `12:00:00`).
+    Hms,
 }
 
 impl HintFormat {
     /// Every format, with the regex group name that selects it.
-    pub const GROUPS: [(&'static str, HintFormat); 8] = [
+    pub const GROUPS: [(&'static str, HintFormat); 9] = [
         ("seconds", HintFormat::Seconds),
         ("ms", HintFormat::Millis),
         ("minutes", HintFormat::Minutes),
@@ -106,6 +108,7 @@ impl HintFormat {
         ("epoch", HintFormat::Epoch),
         ("clock", HintFormat::Clock),
         ("words", HintFormat::Words),
+        ("hms", HintFormat::Hms),
     ];
 
     /// Turns a captured value into a wait from `now`. Absolute times in the past are not
@@ -129,6 +132,7 @@ impl HintFormat {
             }
             HintFormat::Clock => clock_delay(value, tz?, now)?,
             HintFormat::Words => parse_words_duration(value)?,
+            HintFormat::Hms => parse_hms_duration(value)?,
         };
         Some(saturate(delay))
     }
@@ -201,6 +205,27 @@ pub fn parse_words_duration(value: &str) -> Option<Duration> {
         any = true;
     }
     any.then(|| Duration::from_secs(total))
+}
+
+/// Parses hours, minutes and seconds as a stopwatch prints them (`0:01:25`, `12:00:00`): one
+/// to three digits of hours, then two digits each of minutes and seconds, both under 60.
+pub fn parse_hms_duration(value: &str) -> Option<Duration> {
+    let mut parts = value.split(':');
+    let (hours, minutes, seconds) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |part: &str, len: std::ops::RangeInclusive<usize>| {
+        (len.contains(&part.len()) && part.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| part.parse::<u64>().ok())
+            .flatten()
+    };
+    let (hours, minutes, seconds) = (
+        digits(hours, 1..=3)?,
+        digits(minutes, 2..=2)?,
+        digits(seconds, 2..=2)?,
+    );
+    if parts.next().is_some() || minutes >= 60 || seconds >= 60 {
+        return None;
+    }
+    Some(Duration::from_secs(hours * 3_600 + minutes * 60 + seconds))
 }
 
 /// Parses a Go or protobuf duration: one or more `<decimal><unit>` with units `h`, `m`, `s`,
@@ -408,6 +433,34 @@ mod tests {
             Some(MAX_HINT),
             "saturated, not dropped"
         );
+    }
+
+    #[test]
+    fn stopwatch_durations() {
+        for (text, secs) in [
+            ("0:01:25", 85),
+            ("12:00:00", 43_200),
+            ("100:00:01", 360_001),
+        ] {
+            assert_eq!(
+                parse_hms_duration(text),
+                Some(Duration::from_secs(secs)),
+                "{text}"
+            );
+        }
+        for bad in [
+            "1:60:00",
+            "1:00:60",
+            "1:5:00",
+            "1:00",
+            "1:00:00:00",
+            "1000:00:00",
+            ":00:00",
+            "-1:00:00",
+            "1:00:0x",
+        ] {
+            assert_eq!(parse_hms_duration(bad), None, "{bad}");
+        }
     }
 
     #[test]
