@@ -17,14 +17,17 @@
 //! - patterns with neither (few: an empty body, a line of only a word) form a small regex set
 //!   scanned every time.
 //!
-//! After a give-up the next few texts go straight to the gate, up to `MAX_SKIP`. Both paths
+//! After a give-up the next few texts go straight to the gate, up to `MAX_SKIP`. A full cache
+//! is emptied once as many bytes were classified since it was last emptied as it holds, by
+//! either path, so texts that come back (one provider's error through an outage) get their
+//! states again after a run of varied ones. Both paths
 //! give the answer a [`regex::bytes::RegexSet`] of the same patterns gives; a test checks the
 //! gate on every corpus and fixture text, and the DFA alone on one in eight.
 
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::OnceLock;
-use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU32, AtomicUsize};
 
 use aho_corasick::AhoCorasick;
 use regex::bytes::{RegexSet, RegexSetBuilder};
@@ -79,6 +82,8 @@ pub(super) struct Matcher {
     /// threads without ordering: they only steer work, never an answer.
     give_ups: AtomicU32,
     skip: AtomicU32,
+    /// Bytes classified, by either path, since a cache was last emptied here.
+    seen: AtomicUsize,
 }
 
 impl std::fmt::Debug for Matcher {
@@ -95,6 +100,15 @@ impl Matcher {
     /// messages are ASCII where it matters, and literal non-ASCII text (a Chinese relay's
     /// message) still matches as its UTF-8 bytes. `size_limit` bounds each compiled NFA.
     pub(super) fn new(patterns: &[String], size_limit: usize) -> Result<Matcher, BuildError> {
+        Matcher::with_cache(patterns, size_limit, DFA_CACHE)
+    }
+
+    /// The same, with a DFA cache of `cache_bytes`.
+    fn with_cache(
+        patterns: &[String],
+        size_limit: usize,
+        cache_bytes: usize,
+    ) -> Result<Matcher, BuildError> {
         // The gate first: it parses each pattern alone, so a syntax error names the pattern.
         let gate = Gate::new(patterns, size_limit)?;
         let dfa = DFA::builder()
@@ -103,7 +117,7 @@ impl Matcher {
             .configure(
                 DFA::config()
                     .match_kind(MatchKind::All)
-                    .cache_capacity(DFA_CACHE)
+                    .cache_capacity(cache_bytes)
                     .minimum_cache_clear_count(Some(0))
                     .minimum_bytes_per_state(Some(DFA_BYTES_PER_STATE)),
             )
@@ -117,19 +131,35 @@ impl Matcher {
             gate,
             give_ups: AtomicU32::new(0),
             skip: AtomicU32::new(0),
+            seen: AtomicUsize::new(0),
         })
     }
 
     /// The patterns that match `text`: the DFA's answer while its cache holds the states the
     /// text needs, else the gate's (the same answer).
     pub(super) fn matches(&self, text: &[u8]) -> Matches {
+        let seen = self.seen.load(Relaxed).saturating_add(text.len());
+        self.seen.store(seen, Relaxed);
         let skip = self.skip.load(Relaxed);
         if skip > 0 {
             self.skip.store(skip - 1, Relaxed);
             return self.gate.matches(text);
         }
         let mut cache = self.caches.get();
-        match self.walk(&mut cache, text) {
+        let walked = self.walk(&mut cache, text).or_else(|| {
+            // The cache is full of states that served too few bytes of the DFA's own searches,
+            // and it stays full while the gate answers: kept so, it would send every text to
+            // the gate for good, those that come again and again too. Once as many bytes were
+            // classified since it was last emptied as it holds, it is emptied.
+            (seen >= cache.memory_usage())
+                .then(|| {
+                    cache.reset(&self.dfa);
+                    self.seen.store(0, Relaxed);
+                    self.walk(&mut cache, text)
+                })
+                .flatten()
+        });
+        match walked {
             Some(found) => {
                 let streak = self.give_ups.load(Relaxed);
                 self.give_ups.store(streak.saturating_sub(1), Relaxed);

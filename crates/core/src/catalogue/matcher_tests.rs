@@ -179,3 +179,75 @@ fn every_corpus_and_fixture_text_finds_what_each_shipped_pattern_finds() {
     // The DFA alone answers one text in eight here; with every text (9,586 then) the test took
     // two and a half minutes, and agreed on all.
 }
+
+/// A cache that varied texts filled is emptied once as many bytes went by as it holds: a text
+/// that then comes again and again (one provider's error through an outage) is answered by
+/// the DFA again, where a cache kept full sent it to the gate for good.
+#[test]
+fn a_cache_full_of_varied_texts_is_emptied_for_a_text_that_comes_again() {
+    const CACHE: usize = 256 << 10;
+    let words = [
+        "timeout",
+        "refused",
+        "overloaded",
+        "quota",
+        "limit",
+        "reset",
+        "gateway",
+        "upstream",
+        "stream",
+        "server",
+        "busy",
+        "capacity",
+        "network",
+        "socket",
+        "closed",
+        "error",
+    ];
+    let patterns: Vec<String> = (0..120)
+        .map(|i| {
+            let (a, b) = (words[i % words.len()], words[(i * 7 + 3) % words.len()]);
+            format!(r"\b{a}[^\n]{{0,24}}{b} \d+")
+        })
+        .collect();
+    let matcher = Matcher::with_cache(&patterns, LIMIT, CACHE).unwrap();
+    // Varied texts, from a fixed sequence: each builds states the next one rarely uses.
+    let mut state: u64 = 1;
+    let mut draw = || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        usize::try_from(state >> 33).unwrap()
+    };
+    let mut gave_up = false;
+    for _ in 0..3_000 {
+        let text: Vec<String> = (0..12)
+            .map(|_| {
+                let word = words[draw() % words.len()];
+                // A word cut short at a random letter, then one of the others: partial matches.
+                format!(
+                    "{}{} ",
+                    &word[..draw() % word.len()],
+                    words[draw() % words.len()]
+                )
+            })
+            .collect();
+        let text = format!("{}{}", text.concat(), draw() % 1000);
+        matcher.matches(text.as_bytes());
+        gave_up |= matcher.give_ups.load(Relaxed) > 0;
+    }
+    assert!(gave_up, "varied texts fill the cache and the DFA gives up");
+    // A text with bytes none of them had, so it needs states of its own.
+    let again = b"HTTP/1.1 503: Upstream TIMEOUT_Z after 30s; gateway closed 7 (#Q9)";
+    let expected: Vec<usize> = expected(&patterns, again);
+    for _ in 0..2 * CACHE / again.len() + 2 * MAX_SKIP as usize {
+        let found: Vec<usize> = matcher.matches(again).iter().collect();
+        assert_eq!(found, expected);
+    }
+    assert_eq!(
+        matcher.skip.load(Relaxed),
+        0,
+        "the gate no longer answers it"
+    );
+    assert_eq!(matcher.give_ups.load(Relaxed), 0, "the DFA answers it");
+}
