@@ -18,9 +18,9 @@
 //!   scanned every time.
 //!
 //! After a give-up the next few texts go straight to the gate, up to `MAX_SKIP`. A full cache
-//! is emptied once as many bytes were classified since it was last emptied as it holds, by
-//! either path, so texts that come back (one provider's error through an outage) get their
-//! states again after a run of varied ones. Both paths
+//! is emptied once the gate has answered as many bytes as it holds, so texts that come back
+//! (one provider's error through an outage) get their states again after a run of varied
+//! ones. Both paths
 //! give the answer a [`regex::bytes::RegexSet`] of the same patterns gives; a test checks the
 //! gate on every corpus and fixture text, and the DFA alone on one in eight.
 
@@ -54,8 +54,10 @@ enum Check {
 }
 
 /// The lazy DFA's cache: sized so that a mix of a few bodies classified again and again keeps
-/// its states (at 2 MiB a mix of five 1–4 KiB bodies ran 700 times slower).
-const DFA_CACHE: usize = 16 << 20;
+/// its states (at 2 MiB a mix of five 1–4 KiB bodies ran 700 times slower; at 16 MiB, with
+/// 1,379 rules, it no longer fitted and ran five times slower). A cache grows only as states
+/// are built, one per thread that classifies.
+const DFA_CACHE: usize = 24 << 20;
 
 /// When the cache is full, it is cleared only if at least this many bytes were searched per
 /// state since the last clear; otherwise the search gives up and the literal gate answers.
@@ -82,8 +84,8 @@ pub(super) struct Matcher {
     /// threads without ordering: they only steer work, never an answer.
     give_ups: AtomicU32,
     skip: AtomicU32,
-    /// Bytes classified, by either path, since a cache was last emptied here.
-    seen: AtomicUsize,
+    /// Bytes the gate answered since a cache was last emptied here.
+    gated: AtomicUsize,
 }
 
 impl std::fmt::Debug for Matcher {
@@ -131,30 +133,28 @@ impl Matcher {
             gate,
             give_ups: AtomicU32::new(0),
             skip: AtomicU32::new(0),
-            seen: AtomicUsize::new(0),
+            gated: AtomicUsize::new(0),
         })
     }
 
     /// The patterns that match `text`: the DFA's answer while its cache holds the states the
     /// text needs, else the gate's (the same answer).
     pub(super) fn matches(&self, text: &[u8]) -> Matches {
-        let seen = self.seen.load(Relaxed).saturating_add(text.len());
-        self.seen.store(seen, Relaxed);
         let skip = self.skip.load(Relaxed);
         if skip > 0 {
             self.skip.store(skip - 1, Relaxed);
-            return self.gate.matches(text);
+            return self.by_gate(text);
         }
         let mut cache = self.caches.get();
         let walked = self.walk(&mut cache, text).or_else(|| {
             // The cache is full of states that served too few bytes of the DFA's own searches,
             // and it stays full while the gate answers: kept so, it would send every text to
-            // the gate for good, those that come again and again too. Once as many bytes were
-            // classified since it was last emptied as it holds, it is emptied.
-            (seen >= cache.memory_usage())
+            // the gate for good, those that come again and again too. Once the gate has
+            // answered as many bytes as the cache holds, the cache is emptied and refilled.
+            (self.gated.load(Relaxed) >= cache.memory_usage())
                 .then(|| {
                     cache.reset(&self.dfa);
-                    self.seen.store(0, Relaxed);
+                    self.gated.store(0, Relaxed);
                     self.walk(&mut cache, text)
                 })
                 .flatten()
@@ -172,9 +172,16 @@ impl Matcher {
                     1u32.checked_shl(streak).unwrap_or(MAX_SKIP).min(MAX_SKIP),
                     Relaxed,
                 );
-                self.gate.matches(text)
+                self.by_gate(text)
             }
         }
+    }
+
+    /// The gate's answer, counted.
+    fn by_gate(&self, text: &[u8]) -> Matches {
+        let gated = self.gated.load(Relaxed).saturating_add(text.len());
+        self.gated.store(gated, Relaxed);
+        self.gate.matches(text)
     }
 
     /// The patterns the DFA finds in `text`, ascending, or `None` when it gives up (its cache

@@ -180,9 +180,9 @@ fn every_corpus_and_fixture_text_finds_what_each_shipped_pattern_finds() {
     // two and a half minutes, and agreed on all.
 }
 
-/// A cache that varied texts filled is emptied once as many bytes went by as it holds: a text
-/// that then comes again and again (one provider's error through an outage) is answered by
-/// the DFA again, where a cache kept full sent it to the gate for good.
+/// A cache that varied texts filled is emptied once the gate has answered as many bytes as it
+/// holds: a text that then comes again and again (one provider's error through an outage) is
+/// answered by the DFA again, where a cache kept full sent it to the gate for good.
 #[test]
 fn a_cache_full_of_varied_texts_is_emptied_for_a_text_that_comes_again() {
     const CACHE: usize = 256 << 10;
