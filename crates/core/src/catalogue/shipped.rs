@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 41] = [
+const SHIPPED: [(&str, &str); 43] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -168,6 +168,14 @@ const SHIPPED: [(&str, &str); 41] = [
     (
         "rules/webchat.toml",
         include_str!("../../../../catalogue/rules/webchat.toml"),
+    ),
+    (
+        "rules/atlas_apps.toml",
+        include_str!("../../../../catalogue/rules/atlas_apps.toml"),
+    ),
+    (
+        "rules/prose_intl.toml",
+        include_str!("../../../../catalogue/rules/prose_intl.toml"),
     ),
 ];
 
