@@ -13,6 +13,7 @@ use regex_automata::meta::Regex;
 use regex_automata::util::syntax;
 use regex_automata::{Anchored, Input};
 
+use super::frame;
 use super::splice::Splice;
 
 /// A log line's prefix on any line, matched anchored at the line's start:
@@ -66,14 +67,15 @@ static PREFIXES: LazyLock<Option<Regex>> = LazyLock::new(|| {
         .ok()
 });
 
-/// The text without colour codes and without a log prefix at the start of any line, when it
-/// has either.
+/// The text without colour codes, without what is drawn around its lines (`frame.rs`) and
+/// without a log prefix at the start of any line, when it has any of them.
 pub(super) fn undecorated(text: &str) -> Option<String> {
     let plain = without_colour(text);
-    let current = plain.as_deref().unwrap_or(text);
-    match without_prefixes(current) {
+    // Quote markers and a panel's borders are drawn outside the log line: `> 2026-… ERROR …`.
+    let unframed = frame::unframed(plain.as_deref().unwrap_or(text)).or(plain);
+    match without_prefixes(unframed.as_deref().unwrap_or(text)) {
         Some(bare) => Some(bare),
-        None => plain,
+        None => unframed,
     }
 }
 

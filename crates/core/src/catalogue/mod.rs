@@ -14,6 +14,7 @@
 
 mod compile;
 mod file;
+mod frame;
 mod log_line;
 mod matcher;
 mod reading;

@@ -6,8 +6,9 @@
 //! balance is too low"). Rules are written for the text as the provider printed it, so such a
 //! reprint read by its words alone lost the specific rule, and a 429 around a wall was then read
 //! by its status as a rate limit. The classifier also reads the text with the reprint undone and
-//! takes the rules either reading matches. A log's prefix and a terminal's colour codes are
-//! dropped in the same reading.
+//! takes the rules either reading matches. A text printed as one quoted string (Python's
+//! `repr()`) is read inside its quotes; a log's prefix, a terminal's colour codes, a quote's `> `
+//! and a panel's borders are dropped in the same reading.
 
 use std::borrow::Cow;
 
@@ -60,21 +61,24 @@ impl Readings {
 /// that changes it (`Readings`). Each step first looks for what it undoes, so a text with
 /// nothing to undo costs a few vectorised scans and no copy.
 pub(super) fn unwrapped(text: &str) -> Readings {
+    let quoted = unquoted(text);
+    let mut current = quoted.map_or(Cow::Borrowed(text), Cow::Borrowed);
     // JSON twice: a body escaped inside a string that was escaped again.
     let steps: [fn(&str) -> Option<String>; 3] = [unescape_json, unescape_json, unescape_html];
-    let mut current = Cow::Borrowed(text);
     for step in steps {
         if let Some(changed) = step(&current) {
             current = Cow::Owned(changed);
         }
     }
     let bare = log_line::undecorated(&current);
-    let decorated = bare.is_some();
+    // A quoted text's lines start otherwise once its `\n` are undone and its quotes dropped.
+    let decorated = bare.is_some() || quoted.is_some();
     if let Some(bare) = bare {
         current = Cow::Owned(bare);
     }
     let unwrapped = match current {
         Cow::Owned(changed) if changed != text => Some(changed),
+        Cow::Borrowed(inside) if inside.len() != text.len() => Some(inside.to_owned()),
         _ => None,
     };
     match join_wrapped_lines(unwrapped.as_deref().unwrap_or(text)) {
@@ -89,8 +93,20 @@ pub(super) fn unwrapped(text: &str) -> Readings {
     }
 }
 
-/// `\"`, `\\`, `\/`, `\n`, `\r`, `\t` and `\uXXXX` undone, when the text has one; any other
-/// backslash kept.
+/// The inside of a text that is one quoted string (`'…'`, `"…"`), as Python's `repr()` or a
+/// log's `%r` prints a message: a rule that reads a text from its start (`\Ahttp error: 429`)
+/// then meets its first word, not the quote.
+fn unquoted(text: &str) -> Option<&str> {
+    let trimmed = text.trim();
+    let quote = trimmed.chars().next().filter(|c| matches!(c, '\'' | '"'))?;
+    trimmed
+        .strip_prefix(quote)
+        .and_then(|inside| inside.strip_suffix(quote))
+}
+
+/// A JSON string's escapes (`\"`, `\\`, `\/`, `\n`, `\r`, `\t`, `\uXXXX`) and the `\'` of a
+/// Python or JavaScript string literal (Python's `repr()` of a text with both quotes in it)
+/// undone, when the text has one; any other backslash kept.
 fn unescape_json(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut splice = Splice::new(text);
@@ -102,7 +118,7 @@ fn unescape_json(text: &str) -> Option<String> {
     {
         let after = text.get(at + 1..).unwrap_or("");
         let decoded = match after.as_bytes().first() {
-            Some(&next @ (b'"' | b'\\' | b'/')) => Some((char::from(next), 1)),
+            Some(&next @ (b'"' | b'\'' | b'\\' | b'/')) => Some((char::from(next), 1)),
             Some(b'n') => Some(('\n', 1)),
             Some(b'r') => Some(('\r', 1)),
             Some(b't') => Some(('\t', 1)),
@@ -155,12 +171,31 @@ fn join_wrapped_lines(text: &str) -> Option<String> {
             c.is_alphanumeric()
                 || matches!(
                     c,
-                    '.' | ',' | ';' | ':' | '!' | '?' | ')' | ']' | '\'' | '"' | '`' | '='
+                    '.' | ','
+                        | ';'
+                        | ':'
+                        | '!'
+                        | '?'
+                        | ')'
+                        | ']'
+                        | '}'
+                        | '>'
+                        | '\''
+                        | '"'
+                        | '`'
+                        | '='
+                        | '-'
                 )
         })
     };
     let starts_word = |c: Option<char>| {
-        c.is_some_and(|c| c.is_alphanumeric() || matches!(c, '(' | '[' | '\'' | '"' | '`' | '/'))
+        c.is_some_and(|c| {
+            c.is_alphanumeric()
+                || matches!(
+                    c,
+                    '(' | '[' | '{' | '<' | '\'' | '"' | '`' | '/' | '=' | '+'
+                )
+        })
     };
     let mut splice = Splice::new(text);
     for at in memchr::memchr_iter(b'\n', text.as_bytes()) {
@@ -204,6 +239,35 @@ mod tests {
             Some("error=\"could not load model: desc = stat /models\" status=500 [ai-proxy] /usr/kong"),
             "a log line wrapped after a key's `=` or before a path"
         );
+        assert_eq!(
+            unwrapped("OpenAIException -\nConnection error. desc\n= stat tokens\n+ `max`\n{'error':\n{'message'>\n<ak-1>").joined.as_deref(),
+            Some("OpenAIException - Connection error. desc = stat tokens + `max` {'error': {'message'> <ak-1>"),
+            "a wrap after a dash, a brace or a bracket, or before a key's `=`, a `+`, a brace or a bracket"
+        );
+        assert_eq!(
+            unwrapped("- one\n- two\n\n# Title").joined,
+            None,
+            "a list and a heading are no wrap"
+        );
+    }
+
+    #[test]
+    fn a_quoted_text_is_read_inside_its_quotes() {
+        assert_eq!(unquoted("'http error: 429' "), Some("http error: 429"));
+        assert_eq!(
+            unquoted("\"Model 'x' is not available\""),
+            Some("Model 'x' is not available")
+        );
+        assert_eq!(unquoted("'half\""), None);
+        assert_eq!(unquoted("'"), None, "one quote is no pair");
+        assert_eq!(unquoted("http error: 429"), None);
+        // Python's repr() of a text with both quotes in it: `\'` is undone with the rest.
+        assert_eq!(
+            unwrapped(r#"'Error code: 400 - {\'error\': {\'message\': "unexpected EOF"}}'"#)
+                .joined
+                .as_deref(),
+            Some(r#"Error code: 400 - {'error': {'message': "unexpected EOF"}}"#)
+        );
     }
 
     #[test]
@@ -221,6 +285,11 @@ mod tests {
             unescape_json(r"\\\\n").as_deref(),
             Some(r"\\n"),
             "an escaped backslash is one"
+        );
+        assert_eq!(
+            unescape_json(r"doesn\'t").as_deref(),
+            Some("doesn't"),
+            "a Python or JavaScript literal's escaped quote"
         );
         assert_eq!(unescape_json(r"\u00"), None, "a cut \\u escape stays");
         assert_eq!(unescape_json("\\u00é9"), None, "no hex, no split character");
@@ -251,6 +320,22 @@ mod tests {
         assert_eq!(
             unwrapped("context size exceeded\nfailed"),
             readings("context size exceeded failed", None)
+        );
+        // Nor are they inside a quoted text once its `\n` are undone (Python's repr()).
+        assert_eq!(
+            unwrapped(r"'context size exceeded\nfailed'"),
+            readings(
+                "context size exceeded failed",
+                Some("context size exceeded\nfailed")
+            )
+        );
+        // Or under a quote's `> `.
+        assert_eq!(
+            unwrapped("> reached its\n> configured limit"),
+            readings(
+                "reached its configured limit",
+                Some("reached its\nconfigured limit")
+            )
         );
         // A reprint of one line has nothing to join.
         assert_eq!(

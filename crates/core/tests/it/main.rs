@@ -17,6 +17,7 @@ use rebound_core::Catalogue;
 mod corpus;
 mod fixtures;
 mod properties;
+mod reprints;
 mod rests;
 mod turns;
 
