@@ -97,9 +97,12 @@ pub(super) fn unwrapped(text: &str) -> Readings {
 /// log's `%r` prints a message: a rule that reads a text from its start (`\Ahttp error: 429`)
 /// then meets its first word, not the quote.
 fn unquoted(text: &str) -> Option<&str> {
-    let trimmed = text.trim();
-    let quote = trimmed.chars().next().filter(|c| matches!(c, '\'' | '"'))?;
-    trimmed
+    // The start first: most texts open with no quote, and their end (a body padded with
+    // hundreds of spaces) is then never walked.
+    let opened = text.trim_start();
+    let quote = opened.chars().next().filter(|c| matches!(c, '\'' | '"'))?;
+    opened
+        .trim_end()
         .strip_prefix(quote)
         .and_then(|inside| inside.strip_suffix(quote))
 }
@@ -190,11 +193,7 @@ fn join_wrapped_lines(text: &str) -> Option<String> {
     };
     let starts_word = |c: Option<char>| {
         c.is_some_and(|c| {
-            c.is_alphanumeric()
-                || matches!(
-                    c,
-                    '(' | '[' | '{' | '<' | '\'' | '"' | '`' | '/' | '=' | '+'
-                )
+            c.is_alphanumeric() || matches!(c, '(' | '[' | '{' | '\'' | '"' | '`' | '/' | '=' | '+')
         })
     };
     let mut splice = Splice::new(text);
@@ -240,14 +239,14 @@ mod tests {
             "a log line wrapped after a key's `=` or before a path"
         );
         assert_eq!(
-            unwrapped("OpenAIException -\nConnection error. desc\n= stat tokens\n+ `max`\n{'error':\n{'message'>\n<ak-1>").joined.as_deref(),
-            Some("OpenAIException - Connection error. desc = stat tokens + `max` {'error': {'message'> <ak-1>"),
-            "a wrap after a dash, a brace or a bracket, or before a key's `=`, a `+`, a brace or a bracket"
+            unwrapped("OpenAIException -\nConnection error. desc\n= stat tokens\n+ `max`\n{'error':\n{'message'}").joined.as_deref(),
+            Some("OpenAIException - Connection error. desc = stat tokens + `max` {'error': {'message'}"),
+            "a wrap after a dash or a brace, or before a key's `=`, a `+` or a brace"
         );
         assert_eq!(
-            unwrapped("- one\n- two\n\n# Title").joined,
+            unwrapped("- one\n- two\n\n# Title\n<p>a</p>\n<p>b</p>").joined,
             None,
-            "a list and a heading are no wrap"
+            "a list, a heading and markup are no wrap"
         );
     }
 
