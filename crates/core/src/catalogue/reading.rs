@@ -210,7 +210,68 @@ fn join_wrapped_lines(text: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    /// Texts made of what the reading undoes, in any order and any number: escapes cut
+    /// anywhere, quotes unpaired, frames half drawn, line ends of both kinds.
+    fn decorated_text() -> impl Strategy<Value = String> {
+        let pieces = vec![
+            "> ",
+            ">",
+            "│ ",
+            " │",
+            "┃",
+            "╭──╮",
+            "╰─",
+            "─",
+            "\n",
+            "\r\n",
+            "'",
+            "\"",
+            "\\",
+            "\\'",
+            "\\n",
+            "\\u00e9",
+            "\\u00",
+            "\\ud83d",
+            "&amp;",
+            "&quot;",
+            "&",
+            " ",
+            "\t",
+            "a",
+            "é",
+            "漢",
+            "-",
+            "=",
+            "+",
+            "{",
+            "}",
+            "<p>",
+            "\u{1b}[31m",
+            "\u{1b}",
+            "2026-11-30T08:15:02Z ERROR x: ",
+            "[warn] ",
+            "Error: ",
+        ];
+        prop::collection::vec(prop::sample::select(pieces), 0..48).prop_map(|p| p.concat())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2048))]
+
+        /// Whatever a text holds, reading it again neither panics nor makes it longer: every
+        /// step removes or replaces with something no longer (C2's bound holds for readings).
+        #[test]
+        fn a_reading_never_panics_nor_grows(text in decorated_text()) {
+            let readings = unwrapped(&text);
+            for reading in readings.iter() {
+                prop_assert!(reading.len() <= text.len(), "{text:?} read as {reading:?}");
+            }
+        }
+    }
 
     #[test]
     fn json_escapes_html_entities_and_wraps_are_undone() {
