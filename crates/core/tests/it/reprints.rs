@@ -163,56 +163,85 @@ fn reads_exactly(item: &Item, evidence: &Evidence) -> (bool, Option<Class>) {
     (exact, got.class())
 }
 
-/// Every training item the catalogue reads exactly, reprinted in each form: how many keep
-/// their reading, and how many non-retryable ones turn retryable. The test fails if any
-/// reprint turns a non-retryable reading retryable, or if a form keeps fewer than 99 % of
-/// readings.
-#[test]
-fn corpus_texts_reprinted_by_other_programs() {
-    let read: Vec<(Item, Evidence)> = items()
+/// The items the catalogue reads exactly, with their evidence.
+fn read_exactly(held_out: bool) -> Vec<(Item, Evidence)> {
+    items()
         .into_iter()
-        .filter(|item| !item.held_out)
+        .filter(|item| item.held_out == held_out)
         .map(|item| {
             let evidence = item.evidence();
             (item, evidence)
         })
         .filter(|(item, evidence)| reads_exactly(item, evidence).0)
-        .collect();
+        .collect()
+}
+
+/// What one form does to the items: how many it changes, how many of those keep their
+/// reading, and the sources of the non-retryable ones it turns retryable.
+fn reprinted(form: Reprint, read: &[(Item, Evidence)]) -> (usize, usize, Vec<String>) {
+    let (mut changed, mut kept, mut turned) = (0, 0, Vec::new());
+    for (item, evidence) in read {
+        let text = form.print(&item.body);
+        if text == item.body {
+            continue;
+        }
+        changed += 1;
+        let again = Evidence {
+            body: Some(text),
+            ..evidence.clone()
+        };
+        let (exact, class) = reads_exactly(item, &again);
+        kept += usize::from(exact);
+        if !is_retryable(Class::parse(&item.class)) && is_retryable(class) {
+            turned.push(item.source.clone());
+        }
+    }
+    (changed, kept, turned)
+}
+
+/// Every training item the catalogue reads exactly, reprinted in each form: how many keep
+/// their reading, and how many non-retryable ones turn retryable. The test fails if any
+/// reprint turns a non-retryable reading retryable, or if a form keeps fewer than 99 % of
+/// readings.
+///
+/// The held-out items read exactly are reprinted too, and only counted: no rule or step of
+/// the reading was written from them, so their line says how the reading holds on texts it
+/// has not met. It fails nothing, and names no held-out text.
+#[test]
+fn corpus_texts_reprinted_by_other_programs() {
+    let (read, unseen) = (read_exactly(false), read_exactly(true));
     let mut failures = Vec::new();
     for form in Reprint::ALL {
-        let (mut changed, mut kept, mut turned) = (0, 0, Vec::new());
-        for (item, evidence) in &read {
-            let text = form.print(&item.body);
-            if text == item.body {
-                continue;
-            }
-            changed += 1;
-            let again = Evidence {
-                body: Some(text),
-                ..evidence.clone()
-            };
-            let (exact, class) = reads_exactly(item, &again);
-            kept += usize::from(exact);
-            if !is_retryable(Class::parse(&item.class)) && is_retryable(class) {
-                turned.push(item.source.clone());
-            }
-        }
-        report(form, changed, kept, &turned);
+        let (changed, kept, turned) = reprinted(form, &read);
+        report(
+            &format!("{form:?}"),
+            changed,
+            kept,
+            turned.len(),
+            &format!("{turned:?}"),
+        );
         if !turned.is_empty() {
             failures.push(format!("{form:?}: turned retryable: {turned:?}"));
         }
         if kept * 100 < changed * 99 {
             failures.push(format!("{form:?}: {kept} of {changed} keep their reading"));
         }
+        let (changed, kept, turned) = reprinted(form, &unseen);
+        report(
+            &format!("  held out, {form:?}"),
+            changed,
+            kept,
+            turned.len(),
+            "",
+        );
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
 #[expect(clippy::print_stdout, reason = "the figures are this test's report")]
-fn report(form: Reprint, changed: usize, kept: usize, turned: &[String]) {
+fn report(form: &str, changed: usize, kept: usize, turned: usize, named: &str) {
     println!(
-        "{form:?}: {changed} training texts read exactly change; {kept} keep their reading ({:.3}); {} non-retryable turn retryable {turned:?}",
+        "{form}: {changed} texts read exactly change; {kept} keep their reading ({:.3}); {turned} non-retryable turn retryable {named}",
         kept as f64 / changed.max(1) as f64,
-        turned.len()
     );
 }
