@@ -37,8 +37,9 @@ pub(super) fn plain_apostrophes(text: &str) -> Cow<'_, str> {
 pub(super) struct Readings {
     /// Every reprint undone, wrapped lines joined.
     joined: Option<String>,
-    /// The same before the join, when the join changed it and a log prefix or colour codes
-    /// were dropped: the text as printed then starts its lines otherwise, so a rule that reads
+    /// The same before the join, when the join changed it and something at a line's start was
+    /// dropped (a log prefix, colour codes, a quote's `> `, a panel's border, or the quote that
+    /// opened a quoted text): the text as printed then starts its lines otherwise, so a rule that reads
     /// a whole line (`^context size exceeded$`) would meet them nowhere. Only then: a text
     /// escaped in JSON or HTML has the same problem, but a third scan of every escaped text of
     /// several lines (a relay's traceback: 18 to 30 µs) bought 5 of 5,172 reprinted training

@@ -158,9 +158,7 @@ fn wrapped(text: &str, width: usize) -> Vec<String> {
 
 fn reads_exactly(item: &Item, evidence: &Evidence) -> (bool, Option<Class>) {
     let got = CATALOGUE.classify(evidence, now());
-    let exact = got.class().map(Class::as_str) == Some(item.class.as_str())
-        && got.code.as_ref().map(|c| c.as_str()) == Some(item.code.as_str());
-    (exact, got.class())
+    (item.read_exactly_by(&got), got.class())
 }
 
 /// The items the catalogue reads exactly, with their evidence.
