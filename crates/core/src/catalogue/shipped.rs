@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 43] = [
+const SHIPPED: [(&str, &str); 45] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -140,6 +140,14 @@ const SHIPPED: [(&str, &str); 43] = [
     (
         "rules/atlas_servers.toml",
         include_str!("../../../../catalogue/rules/atlas_servers.toml"),
+    ),
+    (
+        "rules/atlas_ollama.toml",
+        include_str!("../../../../catalogue/rules/atlas_ollama.toml"),
+    ),
+    (
+        "rules/atlas_json.toml",
+        include_str!("../../../../catalogue/rules/atlas_json.toml"),
     ),
     (
         "rules/atlas_sdks.toml",
