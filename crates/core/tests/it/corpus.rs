@@ -93,9 +93,7 @@ impl Item {
             ..Evidence::default()
         }
     }
-}
 
-impl Item {
     /// Whether a classification gives the item's class and code both.
     pub(crate) fn read_exactly_by(&self, got: &Classification) -> bool {
         got.class().map(Class::as_str) == Some(self.class.as_str())
