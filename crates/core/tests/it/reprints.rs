@@ -39,10 +39,14 @@ enum Reprint {
     LogPrefix,
     /// After a terminal's colour codes.
     Colour,
+    /// Under Claude Code's tree branch: `  ⎿  ` before the first line, the others indented.
+    ClaudeCodeBranch,
+    /// After Codex's error mark: `■ ` before the first line.
+    CodexMark,
 }
 
 impl Reprint {
-    const ALL: [Self; 12] = [
+    const ALL: [Self; 14] = [
         Self::JsonEscaped,
         Self::JsonEscapedTwice,
         Self::AsciiJson,
@@ -55,6 +59,8 @@ impl Reprint {
         Self::Crlf,
         Self::LogPrefix,
         Self::Colour,
+        Self::ClaudeCodeBranch,
+        Self::CodexMark,
     ];
 
     fn print(self, body: &str) -> String {
@@ -101,6 +107,8 @@ impl Reprint {
             Self::Crlf => body.replace('\n', "\r\n"),
             Self::LogPrefix => format!("2026-11-30T08:15:02.123Z ERROR agent: {body}"),
             Self::Colour => format!("\x1b[31mError:\x1b[39m {body}"),
+            Self::ClaudeCodeBranch => format!("  ⎿  {}", body.replace('\n', "\n     ")),
+            Self::CodexMark => format!("■ {body}"),
         }
     }
 }
