@@ -4,7 +4,7 @@
 use super::Source;
 
 /// The shipped rule files, relative to the repository's `catalogue/` folder.
-const SHIPPED: [(&str, &str); 45] = [
+const SHIPPED: [(&str, &str); 46] = [
     (
         "catalogue.toml",
         include_str!("../../../../catalogue/catalogue.toml"),
@@ -148,6 +148,10 @@ const SHIPPED: [(&str, &str); 45] = [
     (
         "rules/atlas_json.toml",
         include_str!("../../../../catalogue/rules/atlas_json.toml"),
+    ),
+    (
+        "rules/search_engines.toml",
+        include_str!("../../../../catalogue/rules/search_engines.toml"),
     ),
     (
         "rules/atlas_sdks.toml",
