@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{free_port, http};
+use crate::http;
 
 #[test]
 fn serves_scripts_and_counts_attempts() {
@@ -55,12 +55,13 @@ fn serves_scripts_and_counts_attempts() {
 fn a_closed_stdout_does_not_stop_the_server() {
     // Standard output is a pipe whose reader is gone before the server starts, so writing
     // the banner fails, whenever it happens. The banner cannot tell the address, so the test
-    // picks a free port.
-    let addr = format!("127.0.0.1:{}", free_port());
+    // reads it from the listening socket the child holds: a port picked beforehand could be
+    // taken by another process's server in the moment before the child binds, and the probe
+    // below would then reach that one.
     let (reader, writer) = std::io::pipe().unwrap();
     drop(reader);
     let mut child = Command::new(env!("CARGO_BIN_EXE_rebound"))
-        .args(["chaos", "--listen", &addr])
+        .args(["chaos", "--listen", "127.0.0.1:0"])
         .stdout(writer)
         .stderr(Stdio::null())
         .spawn()
@@ -68,15 +69,18 @@ fn a_closed_stdout_does_not_stop_the_server() {
     // The server writes its banner before it serves anything (one thread: it serves once
     // `main` waits for Ctrl-C), so an answer means the failed banner did not stop it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(&addr).is_err() {
+    let port = loop {
+        if let Some(port) = listening_port(child.id()) {
+            break port;
+        }
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the server stopped: {status}");
         }
         assert!(Instant::now() < deadline, "the server never listened");
         // Not listening yet: the process is still starting.
         std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(child.try_wait().unwrap().is_none(), "the server stopped");
+    };
+    let addr = format!("127.0.0.1:{port}");
     let models = http(
         &addr,
         "GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
@@ -85,6 +89,34 @@ fn a_closed_stdout_does_not_stop_the_server() {
     assert!(child.try_wait().unwrap().is_none(), "the server stopped");
     child.kill().unwrap();
     child.wait().unwrap();
+}
+
+/// The port of the IPv4 socket process `pid` listens on, read from `/proc`: the sockets
+/// among its open files, matched by inode against the kernel's TCP table.
+fn listening_port(pid: u32) -> Option<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(|fd| {
+            let target = std::fs::read_link(fd.ok()?.path()).ok()?;
+            let target = target.to_str()?;
+            Some(
+                target
+                    .strip_prefix("socket:[")?
+                    .strip_suffix(']')?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        // local_address is HEXIP:HEXPORT, st 0A is LISTEN, the inode is the tenth field.
+        let (local, state, inode) = (fields.get(1)?, fields.get(3)?, fields.get(9)?);
+        if *state != "0A" || !inodes.iter().any(|i| i == inode) {
+            return None;
+        }
+        u16::from_str_radix(local.rsplit(':').next()?, 16).ok()
+    })
 }
 
 #[test]
