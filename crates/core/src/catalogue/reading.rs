@@ -57,6 +57,13 @@ impl Readings {
     }
 }
 
+/// How many times a text's JSON escapes are undone at most. A text printed again by each
+/// program it passed through has one level per program: the corpus has texts of two (an SDK's
+/// exception quoting a 400 inside another's `repr()`), and its reprint suite adds three more
+/// (`tests/it/reprints.rs`); six reads one program beyond. The bound keeps a crafted text from
+/// costing a scan per escape it nests (`\u005cu005c…` sheds five bytes a pass).
+const JSON_DEPTH: usize = 6;
+
 /// The text with JSON string escapes and HTML entities undone, a log's or a terminal's
 /// decoration dropped (`log_line.rs`) and a line break between two words read as a space, when
 /// that changes it (`Readings`). Each step first looks for what it undoes, so a text with
@@ -64,11 +71,25 @@ impl Readings {
 pub(super) fn unwrapped(text: &str) -> Readings {
     let quoted = unquoted(text);
     let mut current = quoted.map_or(Cow::Borrowed(text), Cow::Borrowed);
-    // JSON twice: a body escaped inside a string that was escaped again.
-    let steps: [fn(&str) -> Option<String>; 3] = [unescape_json, unescape_json, unescape_html];
-    for step in steps {
-        if let Some(changed) = step(&current) {
+    // JSON until nothing is left to undo (a body escaped inside a string that was escaped
+    // again, by each relay, SDK wrapper or `repr()` it passed through), then HTML once, then
+    // JSON again when a page had escaped the escapes (`\\&#x27;`).
+    let (mut json_left, mut html_left) = (JSON_DEPTH, true);
+    loop {
+        if json_left > 0
+            && let Some(changed) = unescape_json(&current)
+        {
+            json_left -= 1;
             current = Cow::Owned(changed);
+            continue;
+        }
+        if !html_left {
+            break;
+        }
+        html_left = false;
+        match unescape_html(&current) {
+            Some(changed) => current = Cow::Owned(changed),
+            None => break,
         }
     }
     let bare = log_line::undecorated(&current);
@@ -310,6 +331,31 @@ mod tests {
             None,
             "a list, a heading and markup are no wrap"
         );
+    }
+
+    #[test]
+    fn escapes_are_undone_to_any_depth_up_to_the_bound() {
+        let joined = |text: &str| unwrapped(text).joined;
+        // Five programs deep: each printed the one before inside a JSON string.
+        let mut deep = String::from("{\"error\": \"Unsupported parameter: 'max_tokens'\"}");
+        for _ in 0..5 {
+            let quoted = serde_json::to_string(&deep).unwrap();
+            deep = quoted[1..quoted.len() - 1].to_owned();
+        }
+        assert_eq!(
+            joined(&deep).as_deref(),
+            Some("{\"error\": \"Unsupported parameter: 'max_tokens'\"}")
+        );
+        // A page escaped the escapes: HTML is undone, then JSON again.
+        assert_eq!(
+            joined(r"Unsupported parameter: \\\&#x27;max_tokens\\\&#x27;").as_deref(),
+            Some("Unsupported parameter: 'max_tokens'")
+        );
+        // A crafted text that sheds one level a pass is read JSON_DEPTH levels deep, and no
+        // deeper: each pass turns its first `\u005c` into the backslash of the next one, and
+        // one level is left when the bound is reached.
+        let crafted = format!("a\\u005c{}n", "u005c".repeat(JSON_DEPTH));
+        assert_eq!(joined(&crafted).as_deref(), Some(r"a\u005cn"));
     }
 
     #[test]

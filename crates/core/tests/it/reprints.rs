@@ -19,6 +19,12 @@ enum Reprint {
     JsonEscaped,
     /// Inside a JSON string inside another: a relay in front of a relay.
     JsonEscapedTwice,
+    /// Inside a JSON string three levels deep: a body a relay wrapped, a second relay
+    /// wrapped again and a log printed as JSON.
+    JsonEscapedThrice,
+    /// Python's `repr()` of a body escaped twice in JSON: an SDK's exception message quoting
+    /// what two relays passed on (LiteLLM's exceptions print so).
+    ReprOfJsonEscapedTwice,
     /// Inside a JSON string with every non-ASCII character as `\uXXXX` (Python's `json.dumps`).
     AsciiJson,
     /// Python's `repr()` of the string: an exception's `args`, a `%r` in a log, a list.
@@ -46,9 +52,11 @@ enum Reprint {
 }
 
 impl Reprint {
-    const ALL: [Self; 14] = [
+    const ALL: [Self; 16] = [
         Self::JsonEscaped,
         Self::JsonEscapedTwice,
+        Self::JsonEscapedThrice,
+        Self::ReprOfJsonEscapedTwice,
         Self::AsciiJson,
         Self::PythonRepr,
         Self::HtmlEscaped,
@@ -67,6 +75,8 @@ impl Reprint {
         match self {
             Self::JsonEscaped => json_string(body),
             Self::JsonEscapedTwice => json_string(&json_string(body)),
+            Self::JsonEscapedThrice => json_string(&json_string(&json_string(body))),
+            Self::ReprOfJsonEscapedTwice => python_repr(&json_string(&json_string(body))),
             Self::AsciiJson => json_string(body)
                 .chars()
                 .map(|c| {
