@@ -237,3 +237,80 @@ async fn a_malformed_request_is_never_switched() {
         (1, 0)
     );
 }
+
+/// The primary's attempt lines in the log, one per attempt.
+fn attempt_lines(g: &Running, candidate: &str) -> Vec<String> {
+    let needle = format!(" candidate={candidate} ");
+    g.log
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains(" rebound::attempt: ") && l.contains(&needle))
+        .collect()
+}
+
+/// An https:// base URL on a plain-HTTP port (a local server's address written with the wrong
+/// scheme): rebound's client reads the HTTP answer as a broken TLS record. A retry meets the
+/// same port, so the fallback serves at once (C4, D3), with no wait.
+#[tokio::test]
+async fn an_https_url_on_a_plain_http_port_goes_to_the_fallback_at_once() {
+    let primary = chaos("ok, ok, ok, ok").await;
+    let fallback = chaos("ok, ok").await;
+    let text = two_candidates(&primary, &fallback).replacen("http://", "https://", 1);
+    assert!(text.contains(&primary.openai_base_url().replace("http://", "https://")));
+    let g = gateway(&text, &primary).await;
+    for stream in [false, true] {
+        let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+    }
+    let lines = attempt_lines(&g, "primary");
+    assert_eq!(lines.len(), 2, "one attempt per request: {lines:?}");
+    for line in &lines {
+        assert!(line.contains(" code=provider_config class=hard "), "{line}");
+    }
+    // The chaos server answered the TLS hello as a malformed request: no model call reached it.
+    assert_eq!(primary.attempts("default"), 0);
+    assert_eq!(fallback.attempts("default"), 2);
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+}
+
+/// Alone on its route, the same candidate fails the request at once, with an error that says
+/// what to fix, instead of ten retries of a handshake that cannot succeed.
+#[tokio::test]
+async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
+    let only = chaos("ok").await;
+    let text = two_candidates(&only, &only)
+        .replace(
+            r#"candidates = ["primary", "fallback"]"#,
+            r#"candidates = ["primary"]"#,
+        )
+        .replace("http://", "https://");
+    let g = gateway(&text, &only).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 502, "{}", reply.text());
+    let body: serde_json::Value = serde_json::from_str(&reply.text()).unwrap();
+    let told = &body["rebound"];
+    assert_eq!(
+        (
+            &told["class"],
+            &told["code"],
+            &told["ruleId"],
+            &told["attempts"]
+        ),
+        (
+            &serde_json::json!("hard"),
+            &serde_json::json!("provider_config"),
+            &serde_json::json!("transport.tls_setup"),
+            &serde_json::json!(1)
+        ),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("InvalidContentType")),
+        "{body}"
+    );
+    assert_eq!(reply.header("x-should-retry"), "false");
+    assert_eq!(attempt_lines(&g, "primary").len(), 1);
+    assert_eq!(g.time.elapsed(), Duration::ZERO);
+}
