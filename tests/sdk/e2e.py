@@ -30,8 +30,8 @@ def free_port():
 DATA = tempfile.mkdtemp(prefix="rebound-e2e-")  # the gateway's durable-routes database
 
 
-def start(args):
-    env = dict(os.environ, XDG_DATA_HOME=DATA)
+def start(args, data=DATA):
+    env = dict(os.environ, XDG_DATA_HOME=data)
     proc = subprocess.Popen([REBOUND, *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     proc.stdout.readline()  # the banner's first line: listening
     return proc
@@ -229,6 +229,49 @@ check(
     anthropic_usage_limit,
     1,
 )
+
+
+def metric(port, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
+        lines = r.read().decode().splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
+
+
+def openai_https_on_plain_port(h):
+    # A base URL that says https:// for a port that speaks plain HTTP: a retry meets the same
+    # port, so the SDK at its default retries gets one error at once that says what to fix,
+    # and does not retry rebound's give-up (G10).
+    port = free_port()
+    g = start([
+        "serve", "--listen", f"127.0.0.1:{port}",
+        "--openai-upstream", f"https://127.0.0.1:{chaos_port}/v1",
+        "--anthropic-upstream", f"http://127.0.0.1:{chaos_port}",
+    ], data=tempfile.mkdtemp(prefix="rebound-e2e-tls-"))
+    try:
+        wait_for(port)
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
+        started = time.monotonic()
+        try:
+            sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+            raise AssertionError("no error")
+        except openai.APIStatusError as e:
+            elapsed = time.monotonic() - started
+            assert e.status_code == 502, e.status_code
+            assert e.response.headers["x-should-retry"] == "false", e.response.headers
+            verdict = e.response.json()["rebound"]
+            assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
+                "hard", "provider_config", "transport.tls_setup", 1), verdict
+            assert "did not answer in TLS" in e.message, e.message
+            assert elapsed < 5, elapsed
+        # One request reached rebound (the SDK did not retry) and rebound made one attempt.
+        assert metric(port, "rebound_requests_total") == 1
+        assert metric(port, "rebound_attempts_total") == 1
+    finally:
+        g.terminate()
+
+
+# No model request reaches chaos: its port answered the TLS hello as a malformed request.
+check("openai-https-on-plain-port", "ok", openai_https_on_plain_port, 0)
 
 
 # Last: it leaves the embedded default's `openai` candidate cooling for two hours.

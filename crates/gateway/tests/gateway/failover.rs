@@ -305,9 +305,9 @@ async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
         "{body}"
     );
     assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("InvalidContentType")),
+        body["error"]["message"].as_str().is_some_and(
+            |m| m.contains("did not answer in TLS") && m.contains("InvalidContentType")
+        ),
         "{body}"
     );
     assert_eq!(reply.header("x-should-retry"), "false");

@@ -213,9 +213,29 @@ fn io_kind(e: &(dyn StdError + 'static)) -> Option<std::io::ErrorKind> {
     causes(e).find_map(|c| c.downcast_ref::<std::io::Error>().map(std::io::Error::kind))
 }
 
+/// What a person reads for a TLS record that is no TLS: the URL's `https://` names a port
+/// that answers in plain HTTP. rustls's own words stay in the message, which the catalogue
+/// reads (`transport.tls_setup`).
+const NOT_TLS: &str = "the upstream did not answer in TLS: its base URL says https:// for a port that speaks plain HTTP?";
+
+/// Whether rustls read the peer's first bytes as no TLS record at all.
+fn answered_in_plain_http(e: &(dyn StdError + 'static)) -> bool {
+    causes(e).any(|c| {
+        matches!(
+            c.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidMessage(
+                rustls::InvalidMessage::InvalidContentType
+            ))
+        )
+    })
+}
+
 /// The kind of a failure to connect (TCP, then TLS).
 fn classify_connect(e: &(dyn StdError + 'static)) -> TransportFailure {
-    let message = error_chain(e);
+    let mut message = error_chain(e);
+    if answered_in_plain_http(e) {
+        message = format!("{NOT_TLS} ({message})");
+    }
     let lower = message.to_ascii_lowercase();
     let kind = match io_kind(e) {
         _ if is_tls(e) => TransportKind::Tls,

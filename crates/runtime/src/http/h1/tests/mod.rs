@@ -437,6 +437,11 @@ async fn an_upstream_that_does_not_speak_tls_fails_as_tls() {
         .await
         .unwrap_err();
     assert_eq!(failure.kind, TransportKind::Tls, "{}", failure.message);
+    assert_eq!(
+        failure.message,
+        "the upstream did not answer in TLS: its base URL says https:// for a port that speaks \
+         plain HTTP? (received corrupt message of type InvalidContentType)"
+    );
 }
 
 #[tokio::test]
