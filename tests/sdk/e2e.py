@@ -158,6 +158,16 @@ check("anthropic-hard", "401, ok", anthropic_exhausted, 1)
 check("anthropic-cut", "cut-after-2-chunks, ok", anthropic_cut_mid_stream, 1)
 
 
+def given_up(sdk, h):
+    """One chat request that rebound gives up on: the SDK's error and the seconds it took."""
+    started = time.monotonic()
+    try:
+        sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+    except openai.APIStatusError as e:
+        return e, time.monotonic() - started
+    raise AssertionError("no error")
+
+
 def openai_resting(h):
     # The shared health ledger (S2): the first request's 503 says `retry-after: 7200`; after
     # its own capped wait rebound gives up with the deadline. The next request, from an SDK at
@@ -169,17 +179,13 @@ def openai_resting(h):
     except openai.InternalServerError as e:
         assert e.status_code == 503, e
     sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{gateway_port}/v1", api_key="sk-e2e")
-    started = time.time()
-    try:
-        sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
-        raise AssertionError("no error")
-    except openai.InternalServerError as e:
-        assert e.status_code == 503, e
-        assert e.response.headers["x-should-retry"] == "false", e.response.headers
-        assert int(e.response.headers["retry-after"]) > 7000, e.response.headers
-        assert e.response.headers["x-rebound-attempts"] == "0", e.response.headers
-        assert e.response.json()["rebound"]["reason"] == "resting", e.response.json()
-    assert time.time() - started < 2, "the SDK retried a give-up"
+    e, elapsed = given_up(sdk, h)
+    assert e.status_code == 503, e
+    assert e.response.headers["x-should-retry"] == "false", e.response.headers
+    assert int(e.response.headers["retry-after"]) > 7000, e.response.headers
+    assert e.response.headers["x-rebound-attempts"] == "0", e.response.headers
+    assert e.response.json()["rebound"]["reason"] == "resting", e.response.json()
+    assert elapsed < 2, "the SDK retried a give-up"
 
 
 def openai_server_option(h):
@@ -250,19 +256,14 @@ def openai_https_on_plain_port(h):
     try:
         wait_for(port)
         sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
-        started = time.monotonic()
-        try:
-            sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
-            raise AssertionError("no error")
-        except openai.APIStatusError as e:
-            elapsed = time.monotonic() - started
-            assert e.status_code == 502, e.status_code
-            assert e.response.headers["x-should-retry"] == "false", e.response.headers
-            verdict = e.response.json()["rebound"]
-            assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
-                "hard", "provider_config", "transport.tls_setup", 1), verdict
-            assert "did not answer in TLS" in e.message, e.message
-            assert elapsed < 5, elapsed
+        e, elapsed = given_up(sdk, h)
+        assert e.status_code == 502, e.status_code
+        assert e.response.headers["x-should-retry"] == "false", e.response.headers
+        verdict = e.response.json()["rebound"]
+        assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
+            "hard", "provider_config", "transport.tls_setup", 1), verdict
+        assert "did not answer in TLS" in e.message, e.message
+        assert elapsed < 5, elapsed
         # One request reached rebound (the SDK did not retry) and rebound made one attempt.
         assert metric(port, "rebound_requests_total") == 1
         assert metric(port, "rebound_attempts_total") == 1
