@@ -314,3 +314,63 @@ async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
     assert_eq!(attempt_lines(&g, "primary").len(), 1);
     assert_eq!(g.time.elapsed(), Duration::ZERO);
 }
+
+/// A TLS server on loopback whose certificate no public root vouches for (the runtime's test
+/// certificate, signed by its own test CA): every handshake with rebound's client fails on
+/// the certificate.
+async fn untrusted_tls_server() -> std::net::SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_slice_iter(include_bytes!(
+        "../../../runtime/src/http/h1/testdata/localhost.crt"
+    ))
+    .collect::<Result<Vec<_>, _>>()
+    .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(include_bytes!(
+        "../../../runtime/src/http/h1/testdata/localhost.key"
+    ))
+    .unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move { drop(acceptor.accept(stream).await) });
+        }
+    });
+    addr
+}
+
+/// A certificate rebound does not accept (a self-signed one, a TLS-inspecting proxy's): a
+/// retry meets the same certificate, so the fallback serves at once, with no wait.
+#[tokio::test]
+async fn a_certificate_that_is_not_accepted_goes_to_the_fallback_at_once() {
+    let addr = untrusted_tls_server().await;
+    let fallback = chaos("ok").await;
+    let text = two_candidates(&fallback, &fallback).replacen(
+        &fallback.openai_base_url(),
+        &format!("https://{addr}/v1"),
+        1,
+    );
+    let g = gateway(&text, &fallback).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    let lines = attempt_lines(&g, "primary");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(" code=tls_certificate class=hard "),
+        "{lines:?}"
+    );
+    assert_eq!(fallback.attempts("default"), 1);
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+}
