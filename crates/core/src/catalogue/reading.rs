@@ -222,8 +222,13 @@ fn join_wrapped_lines(text: &str) -> Option<String> {
     for at in memchr::memchr_iter(b'\n', text.as_bytes()) {
         let line = text.get(..at).unwrap_or("");
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let next = text.get(at + 1..).and_then(|rest| rest.chars().next());
-        if ends_word(line.chars().next_back()) && starts_word(next) {
+        let rest = text.get(at + 1..).unwrap_or("");
+        // A command-line flag (`--provider`) starts a word; a list's `- ` and a rule's `---`
+        // do not.
+        let flag = rest
+            .strip_prefix("--")
+            .is_some_and(|flag| flag.chars().next().is_some_and(char::is_alphanumeric));
+        if ends_word(line.chars().next_back()) && (starts_word(rest.chars().next()) || flag) {
             splice.replace(line.len()..at + 1, " ");
         }
     }
@@ -330,6 +335,13 @@ mod tests {
             unwrapped("- one\n- two\n\n# Title\n<p>a</p>\n<p>b</p>").joined,
             None,
             "a list, a heading and markup are no wrap"
+        );
+        assert_eq!(
+            unwrapped("specify a provider with\n--provider and a key\n--- a/file\n-- note")
+                .joined
+                .as_deref(),
+            Some("specify a provider with --provider and a key\n--- a/file\n-- note"),
+            "a wrap before a command-line flag, not before a diff's header or a dash and a space"
         );
     }
 
