@@ -238,7 +238,7 @@ async fn a_malformed_request_is_never_switched() {
     );
 }
 
-/// The primary's attempt lines in the log, one per attempt.
+/// A candidate's lines in the log, one per attempt outcome.
 fn attempt_lines(g: &Running, candidate: &str) -> Vec<String> {
     let needle = format!(" candidate={candidate} ");
     g.log
