@@ -28,6 +28,8 @@ pub(super) struct ConfigFile {
     pub(super) store_ca_file: Option<String>,
     /// How long an instance's hold on a job lasts unless renewed (X2).
     pub(super) store_lease_ms: Option<u64>,
+    /// CA certificates (PEM) to trust for upstreams' certificates, besides the public roots.
+    pub(super) upstream_ca_file: Option<String>,
     pub(super) header_read_timeout_ms: Option<u64>,
     pub(super) max_connections: Option<usize>,
     /// The default request deadline of every route (D6).

@@ -132,6 +132,9 @@ pub struct Config {
     pub timeouts: TimeoutOverrides,
     /// The connect timeout (`[timeouts] connect_ms`), gateway-wide.
     pub connect_timeout: Option<std::time::Duration>,
+    /// CA certificates the upstream client trusts besides the public roots
+    /// (`upstream_ca_file`): a company's CA, a TLS-inspecting proxy's.
+    pub upstream_roots: rebound_runtime::http::ExtraRoots,
     /// Agent profiles and agent routes (`[[agent]]`, `[[agent_route]]`).
     pub agents: Agents,
 }
@@ -467,6 +470,14 @@ pub fn load_with(
         Some(n) => n,
         None => backlog::default_backlog(),
     };
+    let upstream_roots = match parsed.upstream_ca_file.as_deref() {
+        Some(path) if path.trim().is_empty() => {
+            return Err(err(Some("upstream_ca_file".into()), "is empty".into()));
+        }
+        Some(path) => rebound_runtime::http::ExtraRoots::from_pem_file(std::path::Path::new(path))
+            .map_err(|message| err(Some("upstream_ca_file".into()), message))?,
+        None => rebound_runtime::http::ExtraRoots::default(),
+    };
     let agents = agent::compile_agents(
         &parsed.agent,
         &parsed.agent_route,
@@ -490,6 +501,7 @@ pub fn load_with(
         health,
         timeouts: global_timeouts,
         connect_timeout,
+        upstream_roots,
     };
     // Every key loaded is a secret from now on: redacted by value wherever text leaves.
     rebound_core::redact::secrets::remember(config.secrets());

@@ -700,3 +700,31 @@ fn a_bad_store_setting_names_the_field_and_never_echoes_a_password() {
         assert!(!e.to_string().contains("hunter2"), "{e}");
     }
 }
+
+#[test]
+fn upstream_ca_file_is_read_at_load_and_a_bad_one_names_the_key_and_the_file() {
+    let ca = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../runtime/src/http/h1/testdata/ca.crt"
+    );
+    let config = load_text(&format!("upstream_ca_file = \"{ca}\"\n{DEFAULT_CONFIG}")).unwrap();
+    assert_eq!(config.upstream_roots.len(), 1);
+    assert!(load_text(DEFAULT_CONFIG).unwrap().upstream_roots.is_empty());
+    let not_pem = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    for (value, says) in [
+        (String::new(), "is empty".to_owned()),
+        (
+            "no-such-dir/ca.pem".to_owned(),
+            "cannot read no-such-dir/ca.pem".to_owned(),
+        ),
+        (
+            not_pem.to_owned(),
+            format!("{not_pem}: holds no PEM certificate"),
+        ),
+    ] {
+        let e =
+            load_text(&format!("upstream_ca_file = \"{value}\"\n{DEFAULT_CONFIG}")).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some("upstream_ca_file"), "{e}");
+        assert!(e.message.contains(&says), "{e}");
+    }
+}

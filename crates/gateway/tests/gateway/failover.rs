@@ -316,9 +316,9 @@ async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
 }
 
 /// A TLS server on loopback whose certificate no public root vouches for (the runtime's test
-/// certificate, signed by its own test CA): every handshake with rebound's client fails on
-/// the certificate.
-async fn untrusted_tls_server() -> std::net::SocketAddr {
+/// certificate, signed by its own test CA), in front of `behind` when given (a TLS-inspecting
+/// proxy, a company's gateway), or answering nothing after the handshake.
+async fn tls_front(behind: Option<std::net::SocketAddr>) -> std::net::SocketAddr {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_slice_iter(include_bytes!(
@@ -340,7 +340,14 @@ async fn untrusted_tls_server() -> std::net::SocketAddr {
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
-            tokio::spawn(async move { drop(acceptor.accept(stream).await) });
+            tokio::spawn(async move {
+                let (Ok(mut tls), Some(behind)) = (acceptor.accept(stream).await, behind) else {
+                    return;
+                };
+                if let Ok(mut plain) = tokio::net::TcpStream::connect(behind).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                }
+            });
         }
     });
     addr
@@ -350,7 +357,7 @@ async fn untrusted_tls_server() -> std::net::SocketAddr {
 /// retry meets the same certificate, so the fallback serves at once, with no wait.
 #[tokio::test]
 async fn a_certificate_that_is_not_accepted_goes_to_the_fallback_at_once() {
-    let addr = untrusted_tls_server().await;
+    let addr = tls_front(None).await;
     let fallback = chaos("ok").await;
     let text = two_candidates(&fallback, &fallback).replacen(
         &fallback.openai_base_url(),
@@ -369,4 +376,37 @@ async fn a_certificate_that_is_not_accepted_goes_to_the_fallback_at_once() {
     );
     assert_eq!(fallback.attempts("default"), 1);
     assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+}
+
+/// The same server, its CA named in `upstream_ca_file`: rebound trusts it, and the request is
+/// served through it on the first attempt.
+#[tokio::test]
+async fn an_upstream_signed_by_a_configured_ca_is_served() {
+    let upstream = chaos("ok").await;
+    let front = tls_front(Some(upstream.addr())).await;
+    let ca = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../runtime/src/http/h1/testdata/ca.crt"
+    );
+    let text = format!(
+        "upstream_ca_file = \"{ca}\"\n{}",
+        two_candidates(&upstream, &upstream).replacen(
+            &upstream.openai_base_url(),
+            &format!("https://{front}/v1"),
+            1,
+        )
+    );
+    let g = gateway(&text, &upstream).await;
+    for stream in [false, true] {
+        let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-rebound-candidate"), "primary");
+    }
+    assert_eq!(upstream.attempts("default"), 2);
+    let lines = attempt_lines(&g, "primary");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines.iter().all(|l| l.contains(" attempt=1 outcome=ok")),
+        "{lines:?}"
+    );
 }

@@ -162,13 +162,10 @@ pub(crate) async fn gateway(config: &str, chaos: &Chaos) -> Running {
     .unwrap();
     let time = VirtualTime::starting_at(UNIX_EPOCH + Duration::from_secs(1_796_050_800));
     let log = Logs::capture();
-    let gateway = Gateway::new(
-        config,
-        HttpClient::new(timeouts()).unwrap(),
-        Arc::new(Catalogue::shipped().unwrap()),
-    )
-    .with_time(time.clone(), time.clone())
-    .with_jitter_seed(3);
+    let client = HttpClient::trusting(timeouts(), &config.upstream_roots).unwrap();
+    let gateway = Gateway::new(config, client, Arc::new(Catalogue::shipped().unwrap()))
+        .with_time(time.clone(), time.clone())
+        .with_jitter_seed(3);
     let server = Server::start(gateway, Some("127.0.0.1:0".parse().unwrap()))
         .await
         .unwrap();

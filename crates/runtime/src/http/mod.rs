@@ -14,6 +14,7 @@
 
 mod body;
 mod h1;
+mod roots;
 
 use std::error::Error as StdError;
 use std::time::Duration;
@@ -28,6 +29,7 @@ use hyper_util::rt::TokioExecutor;
 use rebound_core::TransportKind;
 
 pub use body::ResponseBody;
+pub use roots::ExtraRoots;
 
 /// Timeouts of one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -95,6 +97,11 @@ const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 impl HttpClient {
     /// A client with these timeouts, trusting the webpki root certificates.
     pub fn new(timeouts: Timeouts) -> Result<Self, rustls::Error> {
+        Self::trusting(timeouts, &ExtraRoots::default())
+    }
+
+    /// A client with these timeouts, trusting the webpki root certificates and `extra`.
+    pub fn trusting(timeouts: Timeouts, extra: &ExtraRoots) -> Result<Self, rustls::Error> {
         let tcp = || {
             let mut http = HttpConnector::new();
             http.enforce_http(false);
@@ -102,10 +109,19 @@ impl HttpClient {
             http.set_connect_timeout(Some(timeouts.connect));
             http
         };
+        let roots = extra.with_public_roots();
         let tls = || {
-            hyper_rustls::HttpsConnectorBuilder::new()
-                .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-                .map(hyper_rustls::HttpsConnectorBuilder::https_or_http)
+            let config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots.clone())
+            .with_no_client_auth();
+            Ok::<_, rustls::Error>(
+                hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(config)
+                    .https_or_http(),
+            )
         };
         let http1 = h1::Client::new(
             tls()?.enable_http1().wrap_connector(tcp()),
