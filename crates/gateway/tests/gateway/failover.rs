@@ -315,10 +315,23 @@ async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
     assert_eq!(g.time.elapsed(), Duration::ZERO);
 }
 
+/// How a test TLS server takes a client's handshake.
+#[derive(Clone, Copy, PartialEq)]
+enum Handshake {
+    /// With the test certificate, as any server would.
+    Accepted,
+    /// Refused with the `handshake_failure` alert: the server offers only TLS 1.2 suites for
+    /// an RSA key while its key is ECDSA, so no suite suits both ends.
+    Refused,
+}
+
 /// A TLS server on loopback whose certificate no public root vouches for (the runtime's test
 /// certificate, signed by its own test CA), in front of `behind` when given (a TLS-inspecting
 /// proxy, a company's gateway), or answering nothing after the handshake.
-async fn tls_front(behind: Option<std::net::SocketAddr>) -> std::net::SocketAddr {
+async fn tls_front(
+    behind: Option<std::net::SocketAddr>,
+    handshake: Handshake,
+) -> std::net::SocketAddr {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_slice_iter(include_bytes!(
@@ -330,10 +343,20 @@ async fn tls_front(behind: Option<std::net::SocketAddr>) -> std::net::SocketAddr
         "../../../runtime/src/http/h1/testdata/localhost.key"
     ))
     .unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
+    let config = match handshake {
+        Handshake::Accepted => rustls::ServerConfig::builder(),
+        Handshake::Refused => {
+            let mut provider = rustls::crypto::ring::default_provider();
+            provider.cipher_suites =
+                vec![rustls::crypto::ring::cipher_suite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256];
+            rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(provider))
+                .with_protocol_versions(&[&rustls::version::TLS12])
+                .unwrap()
+        }
+    }
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
     let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -357,7 +380,7 @@ async fn tls_front(behind: Option<std::net::SocketAddr>) -> std::net::SocketAddr
 /// retry meets the same certificate, so the fallback serves at once, with no wait.
 #[tokio::test]
 async fn a_certificate_that_is_not_accepted_goes_to_the_fallback_at_once() {
-    let addr = tls_front(None).await;
+    let addr = tls_front(None, Handshake::Accepted).await;
     let fallback = chaos("ok").await;
     let text = two_candidates(&fallback, &fallback).replacen(
         &fallback.openai_base_url(),
@@ -383,7 +406,7 @@ async fn a_certificate_that_is_not_accepted_goes_to_the_fallback_at_once() {
 #[tokio::test]
 async fn an_upstream_signed_by_a_configured_ca_is_served() {
     let upstream = chaos("ok").await;
-    let front = tls_front(Some(upstream.addr())).await;
+    let front = tls_front(Some(upstream.addr()), Handshake::Accepted).await;
     let ca = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../runtime/src/http/h1/testdata/ca.crt"
@@ -409,4 +432,36 @@ async fn an_upstream_signed_by_a_configured_ca_is_served() {
         lines.iter().all(|l| l.contains(" attempt=1 outcome=ok")),
         "{lines:?}"
     );
+}
+
+/// A server that refuses the handshake (no protocol version or cipher suite both ends accept):
+/// a retry meets the same refusal, so the fallback serves at once, with no wait, even with the
+/// server's CA trusted.
+#[tokio::test]
+async fn a_refused_handshake_goes_to_the_fallback_at_once() {
+    let fallback = chaos("ok").await;
+    let front = tls_front(Some(fallback.addr()), Handshake::Refused).await;
+    let ca = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../runtime/src/http/h1/testdata/ca.crt"
+    );
+    let text = format!(
+        "upstream_ca_file = \"{ca}\"\n{}",
+        two_candidates(&fallback, &fallback).replacen(
+            &fallback.openai_base_url(),
+            &format!("https://{front}/v1"),
+            1,
+        )
+    );
+    let g = gateway(&text, &fallback).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    let lines = attempt_lines(&g, "primary");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains(" code=provider_config class=hard rule=transport.tls_setup "),
+        "{lines:?}"
+    );
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
 }
