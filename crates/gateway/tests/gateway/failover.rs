@@ -326,12 +326,9 @@ enum Handshake {
 }
 
 /// A TLS server on loopback whose certificate no public root vouches for (the runtime's test
-/// certificate, signed by its own test CA), in front of `behind` when given (a TLS-inspecting
-/// proxy, a company's gateway), or answering nothing after the handshake.
-async fn tls_front(
-    behind: Option<std::net::SocketAddr>,
-    handshake: Handshake,
-) -> std::net::SocketAddr {
+/// certificate, signed by its own test CA), in front of `behind` (a TLS-inspecting proxy, a
+/// company's gateway).
+async fn tls_front(behind: std::net::SocketAddr, handshake: Handshake) -> std::net::SocketAddr {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_slice_iter(include_bytes!(
@@ -364,7 +361,7 @@ async fn tls_front(
         while let Ok((stream, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let (Ok(mut tls), Some(behind)) = (acceptor.accept(stream).await, behind) else {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
                     return;
                 };
                 if let Ok(mut plain) = tokio::net::TcpStream::connect(behind).await {
@@ -376,49 +373,56 @@ async fn tls_front(
     addr
 }
 
+/// A route whose primary is `upstream` behind a test TLS server that takes the handshake so,
+/// and whose fallback is `upstream` itself; `upstream_ca_file` names the test CA when
+/// `trusted`.
+async fn behind_tls(upstream: &Chaos, handshake: Handshake, trusted: bool) -> String {
+    let front = tls_front(upstream.addr(), handshake).await;
+    let route = two_candidates(upstream, upstream).replacen(
+        &upstream.openai_base_url(),
+        &format!("https://{front}/v1"),
+        1,
+    );
+    if trusted {
+        let ca = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../runtime/src/http/h1/testdata/ca.crt"
+        );
+        format!("upstream_ca_file = \"{ca}\"\n{route}")
+    } else {
+        route
+    }
+}
+
+/// Sends one request and checks that the fallback answered it after one attempt of the
+/// primary whose log line `says` this (its code, class or rule), with nothing waited.
+async fn fallback_at_once(g: &Running, says: &str) {
+    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    let lines = attempt_lines(g, "primary");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains(says), "{lines:?}");
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+}
+
 /// A certificate rebound does not accept (a self-signed one, a TLS-inspecting proxy's): a
 /// retry meets the same certificate, so the fallback serves at once, with no wait.
 #[tokio::test]
 async fn a_certificate_that_is_not_accepted_goes_to_the_fallback_at_once() {
-    let addr = tls_front(None, Handshake::Accepted).await;
     let fallback = chaos("ok").await;
-    let text = two_candidates(&fallback, &fallback).replacen(
-        &fallback.openai_base_url(),
-        &format!("https://{addr}/v1"),
-        1,
-    );
+    let text = behind_tls(&fallback, Handshake::Accepted, false).await;
     let g = gateway(&text, &fallback).await;
-    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
-    let lines = attempt_lines(&g, "primary");
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(
-        lines[0].contains(" code=tls_certificate class=hard "),
-        "{lines:?}"
-    );
+    fallback_at_once(&g, " code=tls_certificate class=hard ").await;
     assert_eq!(fallback.attempts("default"), 1);
-    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
 }
 
 /// The same server, its CA named in `upstream_ca_file`: rebound trusts it, and the request is
 /// served through it on the first attempt.
 #[tokio::test]
 async fn an_upstream_signed_by_a_configured_ca_is_served() {
-    let upstream = chaos("ok").await;
-    let front = tls_front(Some(upstream.addr()), Handshake::Accepted).await;
-    let ca = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../runtime/src/http/h1/testdata/ca.crt"
-    );
-    let text = format!(
-        "upstream_ca_file = \"{ca}\"\n{}",
-        two_candidates(&upstream, &upstream).replacen(
-            &upstream.openai_base_url(),
-            &format!("https://{front}/v1"),
-            1,
-        )
-    );
+    let upstream = chaos("ok, ok").await;
+    let text = behind_tls(&upstream, Handshake::Accepted, true).await;
     let g = gateway(&text, &upstream).await;
     for stream in [false, true] {
         let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
@@ -440,28 +444,11 @@ async fn an_upstream_signed_by_a_configured_ca_is_served() {
 #[tokio::test]
 async fn a_refused_handshake_goes_to_the_fallback_at_once() {
     let fallback = chaos("ok").await;
-    let front = tls_front(Some(fallback.addr()), Handshake::Refused).await;
-    let ca = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../runtime/src/http/h1/testdata/ca.crt"
-    );
-    let text = format!(
-        "upstream_ca_file = \"{ca}\"\n{}",
-        two_candidates(&fallback, &fallback).replacen(
-            &fallback.openai_base_url(),
-            &format!("https://{front}/v1"),
-            1,
-        )
-    );
+    let text = behind_tls(&fallback, Handshake::Refused, true).await;
     let g = gateway(&text, &fallback).await;
-    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
-    let lines = attempt_lines(&g, "primary");
-    assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(
-        lines[0].contains(" code=provider_config class=hard rule=transport.tls_setup "),
-        "{lines:?}"
-    );
-    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+    fallback_at_once(
+        &g,
+        " code=provider_config class=hard rule=transport.tls_setup ",
+    )
+    .await;
 }
