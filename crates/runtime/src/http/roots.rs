@@ -8,9 +8,16 @@ use rustls::RootCertStore;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-/// CA certificates read from PEM, each checked as a trust anchor.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ExtraRoots(Vec<CertificateDer<'static>>);
+/// CA certificates read from PEM, each already added (so checked) as a trust anchor.
+#[derive(Clone, Debug)]
+pub struct ExtraRoots(RootCertStore);
+
+impl Default for ExtraRoots {
+    /// None: the public roots alone.
+    fn default() -> Self {
+        ExtraRoots(RootCertStore::empty())
+    }
+}
 
 impl ExtraRoots {
     /// The certificates of a PEM file; the message names the file and what is wrong with it.
@@ -22,19 +29,17 @@ impl ExtraRoots {
 
     /// The certificates of a PEM text: at least one, each usable as a trust anchor.
     pub fn from_pem(pem: &[u8]) -> Result<Self, String> {
-        let certs = CertificateDer::pem_slice_iter(pem)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("not a PEM certificate file ({e})"))?;
-        if certs.is_empty() {
-            return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned());
-        }
         let mut store = RootCertStore::empty();
-        for cert in &certs {
+        for cert in CertificateDer::pem_slice_iter(pem) {
+            let cert = cert.map_err(|e| format!("not a PEM certificate file ({e})"))?;
             store
-                .add(cert.clone())
+                .add(cert)
                 .map_err(|e| format!("a certificate cannot be a trust anchor ({e})"))?;
         }
-        Ok(ExtraRoots(certs))
+        if store.is_empty() {
+            return Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned());
+        }
+        Ok(ExtraRoots(store))
     }
 
     /// How many certificates.
@@ -47,15 +52,10 @@ impl ExtraRoots {
         self.0.is_empty()
     }
 
-    /// The public (webpki) roots and these.
+    /// These and the public (webpki) roots.
     pub(super) fn with_public_roots(&self) -> RootCertStore {
-        let mut store = RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        for cert in &self.0 {
-            // Each was checked when read.
-            let _ = store.add(cert.clone());
-        }
+        let mut store = self.0.clone();
+        store.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         store
     }
 }
@@ -75,8 +75,8 @@ mod tests {
             public + 1
         );
         assert_eq!(
-            ExtraRoots::from_pem(b"just text\n"),
-            Err("holds no PEM certificate (-----BEGIN CERTIFICATE-----)".to_owned())
+            ExtraRoots::from_pem(b"just text\n").err().as_deref(),
+            Some("holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
         );
         let cut = &CA[..CA.len() / 2];
         assert!(
