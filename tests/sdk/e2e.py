@@ -261,7 +261,7 @@ def openai_https_on_plain_port(h):
         assert e.response.headers["x-should-retry"] == "false", e.response.headers
         verdict = e.response.json()["rebound"]
         assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
-            "hard", "provider_config", "transport.tls_setup", 1), verdict
+            "hard", "provider_config", "rust.rustls_plain_http_port", 1), verdict
         assert "did not answer in TLS" in e.message, e.message
         assert elapsed < 5, elapsed
         # One request reached rebound (the SDK did not retry) and rebound made one attempt.

@@ -299,7 +299,7 @@ async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
         (
             &serde_json::json!("hard"),
             &serde_json::json!("provider_config"),
-            &serde_json::json!("transport.tls_setup"),
+            &serde_json::json!("rust.rustls_plain_http_port"),
             &serde_json::json!(1)
         ),
         "{body}"
@@ -448,7 +448,7 @@ async fn a_refused_handshake_goes_to_the_fallback_at_once() {
     let g = gateway(&text, &fallback).await;
     fallback_at_once(
         &g,
-        " code=provider_config class=hard rule=transport.tls_setup ",
+        " code=provider_config class=hard rule=text.tls_handshake_refused ",
     )
     .await;
 }

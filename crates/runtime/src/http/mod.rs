@@ -231,7 +231,7 @@ fn io_kind(e: &(dyn StdError + 'static)) -> Option<std::io::ErrorKind> {
 
 /// What a person reads for a TLS record that is no TLS: the URL's `https://` names a port
 /// that answers in plain HTTP. rustls's own words stay in the message, which the catalogue
-/// reads (`transport.tls_setup`).
+/// reads (`rust.rustls_plain_http_port`).
 const NOT_TLS: &str = "the upstream did not answer in TLS: its base URL says https:// for a port that speaks plain HTTP?";
 
 /// Whether rustls read the peer's first bytes as no TLS record at all.
