@@ -100,10 +100,26 @@ protocol = "anthropic"
 base_url = "http://127.0.0.1:{CHAOS_PORT}"
 policy = {{ transient = {{ retries = 1, initial_ms = 1500, cap_ms = 1500, jitter = 0.0 }} }}
 
+# Base URLs that say https:// for chaos's plain-HTTP port: a configuration no retry mends.
+[[candidate]]
+id = "openai-wrong-scheme"
+protocol = "openai"
+base_url = "https://127.0.0.1:{CHAOS_PORT}/v1"
+
+[[candidate]]
+id = "anthropic-wrong-scheme"
+protocol = "anthropic"
+base_url = "https://127.0.0.1:{CHAOS_PORT}"
+
 [[route]]
 id = "countdown"
 models = ["chaos-countdown"]
 candidates = ["anthropic-slow"]
+
+[[route]]
+id = "wrong-scheme"
+models = ["chaos-wrong-scheme"]
+candidates = ["openai-wrong-scheme", "anthropic-wrong-scheme"]
 
 [[route]]
 id = "default"
@@ -354,6 +370,27 @@ def official_sdk(clients, which, key, gateway=GATEWAY, model=None):
 
 # --- The checks --------------------------------------------------------------------------------
 
+def gateway_attempts(candidates):
+    """rebound's attempts so far on these candidates of the main gateway."""
+    with urllib.request.urlopen(f"{GATEWAY}/metrics") as r:
+        lines = r.read().decode().splitlines()
+    heads = [f'rebound_attempts_total{{candidate="{c}"}} ' for c in candidates]
+    return sum(float(x[len(h):]) for x in lines for h in heads if x.startswith(h))
+
+
+def tried_once(client, candidates):
+    """`client`, failed unless rebound made exactly one attempt on `candidates` meanwhile: the
+    candidate of the caller's protocol, not retried."""
+    def run_it(*args):
+        before = gateway_attempts(candidates)
+        got, problem = client(*args)
+        tried = gateway_attempts(candidates) - before
+        if problem is None and tried != 1:
+            problem = f"rebound made {tried:g} attempts on {', '.join(candidates)} (want 1)"
+        return got, problem
+    return run_it
+
+
 def many(step, n=120):
     return ", ".join([step] * n)
 
@@ -434,6 +471,15 @@ def all_checks(clients):
     cc_countdown = lambda key: claude_code(clients, key, model="chaos-countdown")  # noqa: E731
     check("claude-code countdown exhausted 500", cc_countdown, many("500"), claude_failed(500), 2 * 2)
     check("claude-code countdown exhausted 529", cc_countdown, many("529"), claude_failed(529), 4 * 2)
+
+    # Every candidate of the route has an https:// URL on a plain-HTTP port: rebound tries the
+    # caller's protocol's candidate once (a configuration, hard: no retry), nothing reaches
+    # chaos, and the client gets one 502 that says why and that it does not retry.
+    scheme = ["openai-wrong-scheme", "anthropic-wrong-scheme"]
+    cc_scheme = tried_once(lambda key: claude_code(clients, key, model="chaos-wrong-scheme"), scheme)
+    check("claude-code wrong scheme 502", cc_scheme, "ok", claude_failed(502), 0)
+    cx_scheme = tried_once(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-wrong-scheme"), scheme)
+    check("codex wrong scheme 502", cx_scheme, "ok", codex_failed(502), 0)
 
     cx = lambda key: codex(clients, key, CODEX_SETTINGS)  # noqa: E731
     check("codex clean", cx, "ok", codex_ok, 1)
