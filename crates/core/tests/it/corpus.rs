@@ -136,6 +136,16 @@ pub(crate) fn items() -> Vec<Item> {
         .collect()
 }
 
+/// The first file of the group of twenty a batch belongs to, in the order they were gathered:
+/// `issues` (the issue's own examples) goes with `threads-01` to `threads-20`.
+fn round_group(batch: &str) -> u32 {
+    let n = batch
+        .strip_prefix("threads-")
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(1);
+    (n.saturating_sub(1) / 20) * 20 + 1
+}
+
 /// The first 400 characters of a text, on one line.
 fn excerpt(body: &str) -> String {
     let line: String = body.chars().take(400).collect();
@@ -192,6 +202,10 @@ fn corpus_figures() {
     // every provider answer, or read from the text), or none at all (an app's or a runtime's
     // line alone). The two meet the catalogue differently.
     let (mut with_status, mut without_status) = (Figures::default(), Figures::default());
+    // And the held-out fifth by when its batch was gathered, twenty files to a group: the
+    // first files hold the providers, SDKs and agents the issue names, the later ones areas
+    // further out (apps, languages, platforms), where fewer wordings repeat.
+    let mut by_round = std::collections::BTreeMap::<u32, Figures>::new();
     for item in items() {
         let expected = Class::parse(&item.class)
             .unwrap_or_else(|| panic!("{}: unknown class {}", item.source, item.class));
@@ -203,6 +217,9 @@ fn corpus_figures() {
             .held_out
             .then(|| batches.entry(item.batch.clone()).or_default());
         let whole = wholes.entry(item.batch.clone()).or_default();
+        let round = item
+            .held_out
+            .then(|| by_round.entry(round_group(&item.batch)).or_default());
         let by_evidence = if got.status.is_some() {
             &mut with_status
         } else {
@@ -214,6 +231,7 @@ fn corpus_figures() {
             batch,
             Some(whole),
             item.held_out.then_some(by_evidence),
+            round,
         ]
         .into_iter()
         .flatten()
@@ -270,6 +288,13 @@ fn corpus_figures() {
     held_out.print("held-out fifth");
     with_status.print("  held out, with a status given or read from the text");
     without_status.print("  held out, with no status anywhere");
+    for (first, figures) in &by_round {
+        let last = first + 19;
+        let issues = if *first == 1 { " and issues" } else { "" };
+        figures.print(&format!(
+            "  held out of threads-{first:02} to threads-{last:02}{issues}"
+        ));
+    }
     for (name, figures) in &batches {
         figures.print(&format!("  held out of {name}"));
     }
