@@ -14,6 +14,7 @@
 
 mod body;
 mod h1;
+mod proxy;
 mod roots;
 
 use std::error::Error as StdError;
@@ -29,6 +30,7 @@ use hyper_util::rt::TokioExecutor;
 use rebound_core::TransportKind;
 
 pub use body::ResponseBody;
+pub use proxy::Proxies;
 pub use roots::ExtraRoots;
 
 /// Timeouts of one attempt.
@@ -82,7 +84,7 @@ impl StdError for TransportFailure {}
 #[derive(Clone, Debug)]
 pub struct HttpClient {
     http1: h1::Client,
-    http2: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
+    http2: Client<HttpsConnector<proxy::Connector>, Full<Bytes>>,
     timeouts: Timeouts,
 }
 
@@ -95,19 +97,25 @@ const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(20);
 const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl HttpClient {
-    /// A client with these timeouts, trusting the webpki root certificates.
+    /// A client with these timeouts, trusting the webpki root certificates, reaching every
+    /// upstream directly.
     pub fn new(timeouts: Timeouts) -> Result<Self, rustls::Error> {
-        Self::trusting(timeouts, &ExtraRoots::default())
+        Self::configured(timeouts, &ExtraRoots::default(), &Proxies::none())
     }
 
-    /// A client with these timeouts, trusting the webpki root certificates and `extra`.
-    pub fn trusting(timeouts: Timeouts, extra: &ExtraRoots) -> Result<Self, rustls::Error> {
+    /// A client with these timeouts, trusting the webpki root certificates and `extra`, and
+    /// reaching upstreams through `proxies`.
+    pub fn configured(
+        timeouts: Timeouts,
+        extra: &ExtraRoots,
+        proxies: &Proxies,
+    ) -> Result<Self, rustls::Error> {
         let tcp = || {
             let mut http = HttpConnector::new();
             http.enforce_http(false);
             http.set_nodelay(true);
             http.set_connect_timeout(Some(timeouts.connect));
-            http
+            proxy::Connector::new(http, proxies.clone())
         };
         let roots = extra.with_public_roots();
         let tls = || {

@@ -25,7 +25,6 @@ use hyper::body::Incoming;
 use hyper::client::conn::http1;
 use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioIo;
 use rebound_core::TransportKind;
 use tokio::net::TcpStream;
@@ -216,13 +215,16 @@ fn reset(message: String) -> TransportFailure {
 /// The HTTP/1.1 side of [`super::HttpClient`].
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
-    connector: HttpsConnector<HttpConnector>,
+    connector: HttpsConnector<super::proxy::Connector>,
     builder: http1::Builder,
     pool: Arc<Pool>,
 }
 
 impl Client {
-    pub(crate) fn new(connector: HttpsConnector<HttpConnector>, idle_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        connector: HttpsConnector<super::proxy::Connector>,
+        idle_timeout: Duration,
+    ) -> Self {
         let mut builder = http1::Builder::new();
         builder
             .max_buf_size(MAX_HEAD)

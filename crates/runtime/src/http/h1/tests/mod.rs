@@ -186,7 +186,10 @@ fn client() -> Client {
         .with_tls_config(config)
         .https_or_http()
         .enable_http1()
-        .wrap_connector(tcp);
+        .wrap_connector(crate::http::proxy::Connector::new(
+            tcp,
+            crate::http::Proxies::none(),
+        ));
     Client::new(connector, Duration::from_secs(90))
 }
 

@@ -1,0 +1,464 @@
+//! Outbound proxies: the HTTP proxy (or SOCKS5 proxy) an upstream is reached through, as
+//! `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY` say, the way curl reads them. Without
+//! it, a machine that reaches the internet only through a proxy reaches no provider at all, and
+//! each attempt fails as a connection that could not be made.
+//!
+//! Which upstream goes through which proxy is hyper-util's matcher (curl's rules). An upstream
+//! on the loopback interface never does: a proxy's loopback is not this machine's. Through an
+//! HTTP proxy the connection is a `CONNECT` tunnel, for `https://` and `http://` upstreams
+//! alike, so the proxy sees the host and port and nothing of the request; through a SOCKS5
+//! proxy it is hyper-util's SOCKS5 handshake.
+//!
+//! The tunnel's `CONNECT` is sent here rather than by hyper-util's `Tunnel`, which reports a
+//! refusal without its status: a proxy's 403 (its policy forbids the host) and 407 (it wants
+//! credentials) need a person, while its 502 or 504 (it could not reach the host) may pass,
+//! and recovery must tell them apart.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use http::{HeaderValue, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::proxy::SocksV5;
+use hyper_util::client::proxy::matcher::Matcher;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tower_service::Service;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// The variables read, in the order a value is taken: the lower-case spelling only when the
+/// upper-case one is not set, as curl does.
+const VARIABLES: [(&str, &str); 4] = [
+    ("HTTPS_PROXY", "https_proxy"),
+    ("HTTP_PROXY", "http_proxy"),
+    ("ALL_PROXY", "all_proxy"),
+    ("NO_PROXY", "no_proxy"),
+];
+
+/// Where upstreams are reached through, if anywhere.
+#[derive(Clone, Default)]
+pub struct Proxies {
+    matcher: Option<Arc<Matcher>>,
+    /// One line per proxy for a banner, without credentials.
+    described: Vec<String>,
+    /// The proxies' passwords, as written and percent-decoded: secrets to redact.
+    passwords: Vec<String>,
+}
+
+impl std::fmt::Debug for Proxies {
+    /// The proxies without their credentials.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(&self.described).finish()
+    }
+}
+
+impl Proxies {
+    /// None: every upstream is reached directly.
+    pub fn none() -> Self {
+        Proxies::default()
+    }
+
+    /// The proxies the process's environment names.
+    pub fn from_env() -> Result<Self, String> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// The proxies that `var` names (`HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`, or
+    /// their lower-case spellings). A value that is no proxy URL is an error naming the
+    /// variable; an empty one counts as not set.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let mut values = VARIABLES.iter().map(|(upper, lower)| {
+            [upper, lower].into_iter().find_map(|name| {
+                var(name)
+                    .filter(|v| !v.trim().is_empty())
+                    .map(|v| (*name, v))
+            })
+        });
+        let (https, http, all, no) = (
+            values.next().flatten(),
+            values.next().flatten(),
+            values.next().flatten(),
+            values.next().flatten(),
+        );
+        let mut builder = Matcher::builder();
+        let (mut described, mut passwords) = (Vec::new(), Vec::new());
+        for (value, upstreams) in [(&https, "https://"), (&http, "http://"), (&all, "other")] {
+            let Some((name, value)) = value else {
+                continue;
+            };
+            let shown = check(value).map_err(|why| format!("{name}: {why}"))?;
+            passwords.extend(password(value));
+            described.push(format!("{shown} for {upstreams} upstreams ({name})"));
+            builder = match upstreams {
+                "https://" => builder.https(value.trim()),
+                "http://" => builder.http(value.trim()),
+                _ => builder.all(value.trim()),
+            };
+        }
+        if described.is_empty() {
+            return Ok(Proxies::none());
+        }
+        if let Some((name, value)) = &no {
+            described.push(format!("not for {} ({name})", value.trim()));
+            builder = builder.no(value.trim());
+        }
+        Ok(Proxies {
+            matcher: Some(Arc::new(builder.build())),
+            described,
+            passwords,
+        })
+    }
+
+    /// One proxy for every upstream (a configuration's `upstream_proxy`), except the hosts of
+    /// `no_proxy` (`NO_PROXY`'s syntax) and loopback ones. The error says what is wrong with
+    /// the URL, never what its credentials are.
+    pub fn fixed(url: &str, no_proxy: Option<&str>) -> Result<Self, String> {
+        let shown = check(url)?;
+        let mut described = vec![format!("{shown} for every upstream")];
+        let mut builder = Matcher::builder().all(url.trim());
+        if let Some(no) = no_proxy.filter(|n| !n.trim().is_empty()) {
+            described.push(format!("not for {}", no.trim()));
+            builder = builder.no(no.trim());
+        }
+        Ok(Proxies {
+            matcher: Some(Arc::new(builder.build())),
+            described,
+            passwords: password(url),
+        })
+    }
+
+    /// Whether no upstream goes through a proxy.
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// The proxies' passwords, to be redacted wherever text leaves rebound.
+    pub fn secrets(&self) -> &[String] {
+        &self.passwords
+    }
+
+    /// What goes where, one line each, without credentials.
+    pub fn describe(&self) -> &[String] {
+        &self.described
+    }
+
+    /// The proxy for `dst`, if one is to be used.
+    fn route(&self, dst: &Uri) -> Option<Route> {
+        let host = dst.host()?;
+        if is_loopback(host) {
+            return None;
+        }
+        let intercept = self.matcher.as_ref()?.intercept(dst)?;
+        let proxy = intercept.uri().clone();
+        match proxy.scheme_str() {
+            Some("socks5" | "socks5h") => Some(Route::Socks {
+                remote_dns: proxy.scheme_str() == Some("socks5h"),
+                auth: intercept
+                    .raw_auth()
+                    .map(|(user, pass)| (user.to_owned(), pass.to_owned())),
+                proxy,
+            }),
+            _ => Some(Route::Tunnel {
+                auth: intercept.basic_auth().cloned(),
+                proxy,
+            }),
+        }
+    }
+}
+
+/// A proxy URL rebound can use, shown without its credentials; or why not.
+fn check(value: &str) -> Result<String, String> {
+    let value = value.trim();
+    let uri: Uri = value
+        .parse()
+        .map_err(|_| "is not a URL (expected http://host:port or socks5://host:port)".to_owned())?;
+    let scheme = uri.scheme_str().unwrap_or("http");
+    match scheme {
+        "http" | "socks5" | "socks5h" => {}
+        "https" => {
+            return Err(
+                "a proxy reached over TLS (https://) is not supported: name it http://host:port \
+                 (the tunnel inside it is TLS to the upstream all the same)"
+                    .to_owned(),
+            );
+        }
+        other => {
+            return Err(format!(
+                "the scheme {other}:// is not supported (http:// or socks5:// or socks5h://)"
+            ));
+        }
+    }
+    let authority = uri
+        .authority()
+        .ok_or_else(|| "names no host (expected http://host:port)".to_owned())?;
+    let (credentials, host_port) = match authority.as_str().rsplit_once('@') {
+        Some((_, host_port)) => (" (with credentials)", host_port),
+        None => ("", authority.as_str()),
+    };
+    if host_port.is_empty() || authority.host().is_empty() {
+        return Err("names no host (expected http://host:port)".to_owned());
+    }
+    Ok(format!("{scheme}://{host_port}{credentials}"))
+}
+
+/// The password of a proxy URL's credentials, as written and percent-decoded.
+fn password(url: &str) -> Vec<String> {
+    let Some(authority) = url
+        .trim()
+        .parse::<Uri>()
+        .ok()
+        .and_then(|u| u.into_parts().authority)
+    else {
+        return Vec::new();
+    };
+    let Some((userinfo, _)) = authority.as_str().rsplit_once('@') else {
+        return Vec::new();
+    };
+    let Some((_, written)) = userinfo.split_once(':') else {
+        return Vec::new();
+    };
+    let decoded = percent_encoding::percent_decode_str(written)
+        .decode_utf8_lossy()
+        .into_owned();
+    let mut out = vec![written.to_owned()];
+    if decoded != written {
+        out.push(decoded);
+    }
+    out.retain(|p| !p.is_empty());
+    out
+}
+
+/// Whether a URI's host is this machine's loopback interface.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// How one connection reaches its upstream through a proxy.
+enum Route {
+    Tunnel {
+        proxy: Uri,
+        auth: Option<HeaderValue>,
+    },
+    Socks {
+        proxy: Uri,
+        auth: Option<(String, String)>,
+        remote_dns: bool,
+    },
+}
+
+/// The TCP connector under the TLS one: straight to the upstream, or through its proxy.
+#[derive(Clone)]
+pub(crate) struct Connector {
+    tcp: HttpConnector,
+    proxies: Proxies,
+}
+
+impl std::fmt::Debug for Connector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connector")
+            .field("proxies", &self.proxies)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connector {
+    pub(crate) fn new(tcp: HttpConnector, proxies: Proxies) -> Self {
+        Connector { tcp, proxies }
+    }
+}
+
+impl Service<Uri> for Connector {
+    type Response = TokioIo<TcpStream>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.tcp.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, dst: Uri) -> Self::Future {
+        let mut tcp = self.tcp.clone();
+        match self.proxies.route(&dst) {
+            None => Box::pin(async move { tcp.call(dst).await.map_err(Into::into) }),
+            Some(Route::Tunnel { proxy, auth }) => Box::pin(async move {
+                let shown = shown(&proxy);
+                let stream = tcp.call(proxy).await.map_err(|e| Unreached {
+                    proxy: shown.clone(),
+                    cause: e.into(),
+                })?;
+                tunnel(stream, &dst, auth.as_ref(), &shown).await
+            }),
+            Some(Route::Socks {
+                proxy,
+                auth,
+                remote_dns,
+            }) => {
+                let shown = shown(&proxy);
+                let mut socks = SocksV5::new(proxy, tcp).local_dns(!remote_dns);
+                if let Some((user, pass)) = auth {
+                    socks = socks.with_auth(user, pass);
+                }
+                let connecting = socks.call(dst);
+                Box::pin(async move {
+                    connecting.await.map_err(|e| {
+                        Unreached {
+                            proxy: shown,
+                            cause: Box::new(e),
+                        }
+                        .into()
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// A proxy URI as shown in messages: scheme, host and port (the matcher keeps credentials
+/// apart, so the URI holds none).
+fn shown(proxy: &Uri) -> String {
+    format!(
+        "{}://{}",
+        proxy.scheme_str().unwrap_or("http"),
+        proxy.authority().map_or("", |a| a.as_str())
+    )
+}
+
+/// The proxy could not be reached, or its SOCKS handshake failed.
+#[derive(Debug)]
+struct Unreached {
+    proxy: String,
+    cause: BoxError,
+}
+
+impl std::fmt::Display for Unreached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "through the proxy {}", self.proxy)
+    }
+}
+
+impl StdError for Unreached {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.cause)
+    }
+}
+
+/// The proxy answered the `CONNECT` with something other than 200.
+#[derive(Debug)]
+struct Refused {
+    proxy: String,
+    target: String,
+    status: u16,
+    reason: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the proxy {} refused the tunnel to {}: CONNECT answered {} {}",
+            self.proxy, self.target, self.status, self.reason
+        )?;
+        match self.status {
+            401 | 407 => f.write_str(" (the proxy wants credentials, or other ones: put them in its URL, http://user:password@host:port)"),
+            403 => f.write_str(" (the proxy's policy does not allow this host)"),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl StdError for Refused {}
+
+/// The longest answer to a `CONNECT` read: a status line and headers.
+const MAX_CONNECT_ANSWER: usize = 8 * 1024;
+
+/// Opens a `CONNECT` tunnel to `dst` over `stream`, a connection to the proxy.
+async fn tunnel(
+    stream: TokioIo<TcpStream>,
+    dst: &Uri,
+    auth: Option<&HeaderValue>,
+    proxy: &str,
+) -> Result<TokioIo<TcpStream>, BoxError> {
+    let mut stream = stream.into_inner();
+    let host = dst.host().ok_or("the upstream URL names no host")?;
+    let port = dst
+        .port_u16()
+        .unwrap_or(if dst.scheme_str() == Some("http") {
+            80
+        } else {
+            443
+        });
+    let target = if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
+    if let Some(auth) = auth {
+        head.extend_from_slice(b"Proxy-Authorization: ");
+        head.extend_from_slice(auth.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    let unreached = |cause: BoxError| -> BoxError {
+        Box::new(Unreached {
+            proxy: proxy.to_owned(),
+            cause,
+        })
+    };
+    stream
+        .write_all(&head)
+        .await
+        .map_err(|e| unreached(e.into()))?;
+    let mut answer = Vec::with_capacity(512);
+    loop {
+        let mut chunk = [0u8; 1024];
+        let n = stream
+            .read(&mut chunk)
+            .await
+            .map_err(|e| unreached(e.into()))?;
+        if n == 0 {
+            return Err(unreached(
+                "the proxy closed the connection before answering CONNECT".into(),
+            ));
+        }
+        answer.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut response = httparse::Response::new(&mut headers);
+        match response.parse(&answer) {
+            Ok(httparse::Status::Complete(_)) => {
+                let status = response.code.unwrap_or(0);
+                if (200..300).contains(&status) {
+                    return Ok(TokioIo::new(stream));
+                }
+                return Err(Box::new(Refused {
+                    proxy: proxy.to_owned(),
+                    target,
+                    status,
+                    reason: response.reason.unwrap_or("").to_owned(),
+                }));
+            }
+            Ok(httparse::Status::Partial) if answer.len() < MAX_CONNECT_ANSWER => {}
+            Ok(httparse::Status::Partial) => {
+                return Err(unreached(
+                    "the proxy's answer to CONNECT is longer than 8 KiB".into(),
+                ));
+            }
+            Err(e) => {
+                return Err(unreached(
+                    format!("the proxy's answer to CONNECT is no HTTP ({e})").into(),
+                ));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,246 @@
+use std::collections::HashMap;
+
+use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tower_service::Service;
+
+use super::{Connector, Proxies, Route};
+use crate::http::{TransportKind, classify_connect, error_chain};
+
+fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name| map.get(name).cloned()
+}
+
+fn route(proxies: &Proxies, url: &str) -> Option<Route> {
+    proxies.route(&url.parse::<Uri>().unwrap())
+}
+
+#[test]
+fn the_upper_case_variable_wins_an_empty_one_counts_as_unset_and_none_means_direct() {
+    let proxies = Proxies::from_vars(vars(&[
+        ("HTTPS_PROXY", "http://upper:3128"),
+        ("https_proxy", "http://lower:3128"),
+        ("HTTP_PROXY", " "),
+    ]))
+    .unwrap();
+    assert_eq!(
+        proxies.describe(),
+        ["http://upper:3128 for https:// upstreams (HTTPS_PROXY)"]
+    );
+    let Some(Route::Tunnel { proxy, auth }) = route(&proxies, "https://api.openai.com/v1") else {
+        panic!("an https upstream goes through HTTPS_PROXY");
+    };
+    assert_eq!(proxy.authority().unwrap().as_str(), "upper:3128");
+    assert!(auth.is_none());
+    assert!(
+        route(&proxies, "http://models.internal:8000/v1").is_none(),
+        "HTTP_PROXY is empty: an http upstream is reached directly"
+    );
+    assert!(Proxies::from_vars(vars(&[])).unwrap().is_empty());
+    assert!(
+        Proxies::from_vars(vars(&[("NO_PROXY", "example.com")]))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn loopback_and_no_proxy_hosts_are_reached_directly() {
+    let proxies = Proxies::from_vars(vars(&[
+        ("ALL_PROXY", "http://proxy.corp:3128"),
+        ("no_proxy", "internal.corp, 10.0.0.0/8"),
+    ]))
+    .unwrap();
+    for direct in [
+        "http://127.0.0.1:11434/api/chat",
+        "http://localhost:8080/v1",
+        "https://[::1]:8443/v1",
+        "https://llm.internal.corp/v1",
+        "http://10.1.2.3:8000/v1",
+    ] {
+        assert!(route(&proxies, direct).is_none(), "{direct}");
+    }
+    assert!(route(&proxies, "https://api.anthropic.com/v1/messages").is_some());
+    assert_eq!(
+        proxies.describe(),
+        [
+            "http://proxy.corp:3128 for other upstreams (ALL_PROXY)",
+            "not for internal.corp, 10.0.0.0/8 (no_proxy)"
+        ]
+    );
+}
+
+#[test]
+fn credentials_go_to_the_proxy_and_nowhere_else() {
+    let proxies = Proxies::fixed("http://alice:s3cret-pw@proxy.corp:3128", None).unwrap();
+    let shown = format!("{:?} {}", proxies, proxies.describe().join(" "));
+    assert!(
+        !shown.contains("s3cret-pw") && !shown.contains("alice"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("http://proxy.corp:3128 (with credentials)"),
+        "{shown}"
+    );
+    let Some(Route::Tunnel { auth, .. }) = route(&proxies, "https://api.openai.com/") else {
+        panic!("through the proxy");
+    };
+    assert!(auth.unwrap().is_sensitive());
+    assert_eq!(proxies.secrets(), ["s3cret-pw"]);
+    let escaped = Proxies::fixed("http://svc:p%40ss@proxy.corp:3128", None).unwrap();
+    assert_eq!(escaped.secrets(), ["p%40ss", "p@ss"]);
+    let socks = Proxies::fixed("socks5h://bob:pw@127.0.0.1:1080", None).unwrap();
+    let Some(Route::Socks {
+        auth, remote_dns, ..
+    }) = route(&socks, "https://api.openai.com/")
+    else {
+        panic!("through the SOCKS proxy");
+    };
+    assert_eq!(auth, Some(("bob".to_owned(), "pw".to_owned())));
+    assert!(remote_dns, "socks5h: the proxy resolves the name");
+}
+
+#[test]
+fn a_value_that_is_no_usable_proxy_is_an_error_naming_the_variable() {
+    for (value, says) in [
+        (
+            "https://proxy.corp:3128",
+            "over TLS (https://) is not supported",
+        ),
+        ("ftp://proxy.corp:21", "the scheme ftp:// is not supported"),
+        (
+            "socks4://proxy.corp:1080",
+            "the scheme socks4:// is not supported",
+        ),
+        ("http://", "is not a URL"),
+        ("not a url at all", "is not a URL"),
+    ] {
+        let e = Proxies::from_vars(vars(&[("https_proxy", value)])).unwrap_err();
+        assert!(e.starts_with("https_proxy: "), "{e}");
+        assert!(e.contains(says), "{value}: {e}");
+    }
+    let e = Proxies::fixed("https://user:hunter2@proxy.corp", None).unwrap_err();
+    assert!(!e.contains("hunter2"), "{e}");
+}
+
+/// A proxy on loopback that answers the first `CONNECT` with `answer`; on 200 it then echoes
+/// what it reads. Returns its port and the head of the `CONNECT` it was sent.
+async fn proxy(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(socket.read(&mut byte).await.unwrap(), 1);
+            head.push(byte[0]);
+        }
+        socket.write_all(answer.as_bytes()).await.unwrap();
+        if answer.starts_with("HTTP/1.1 200") {
+            let mut buf = [0u8; 4];
+            socket.read_exact(&mut buf).await.unwrap();
+            socket.write_all(&buf).await.unwrap();
+        }
+        String::from_utf8(head).unwrap()
+    });
+    (port, served)
+}
+
+fn connector(proxy_url: &str) -> Connector {
+    Connector::new(
+        HttpConnector::new(),
+        Proxies::fixed(proxy_url, None).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn a_tunnel_carries_the_connection_and_the_proxy_sees_host_port_and_credentials_only() {
+    let (port, served) = proxy("HTTP/1.1 200 Connection established\r\n\r\n").await;
+    let mut connector = connector(&format!("http://alice:pw@127.0.0.1:{port}"));
+    let stream = connector
+        .call(
+            "https://api.openai.com/v1/chat/completions"
+                .parse()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut stream = stream.into_inner();
+    stream.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping");
+    let head = served.await.unwrap();
+    assert_eq!(
+        head,
+        "CONNECT api.openai.com:443 HTTP/1.1\r\nHost: api.openai.com:443\r\n\
+         Proxy-Authorization: Basic YWxpY2U6cHc=\r\n\r\n"
+    );
+}
+
+#[tokio::test]
+async fn a_refused_tunnel_keeps_the_proxys_status_and_says_what_to_do() {
+    for (answer, says) in [
+        (
+            "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic\r\n\r\n",
+            "CONNECT answered 407 Proxy Authentication Required (the proxy wants credentials, or other ones",
+        ),
+        (
+            "HTTP/1.0 401 Unauthorized\r\nProxy-agent: tinyproxy\r\n\r\n",
+            "CONNECT answered 401 Unauthorized (the proxy wants credentials, or other ones",
+        ),
+        (
+            "HTTP/1.1 403 Forbidden\r\n\r\n",
+            "CONNECT answered 403 Forbidden (the proxy's policy does not allow this host)",
+        ),
+        (
+            "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
+            "CONNECT answered 502 Bad Gateway",
+        ),
+    ] {
+        let (port, served) = proxy(answer).await;
+        let e = connector(&format!("http://127.0.0.1:{port}"))
+            .call("https://api.openai.com/".parse().unwrap())
+            .await
+            .unwrap_err();
+        let message = error_chain(&*e);
+        assert!(
+            message.starts_with(&format!(
+                "the proxy http://127.0.0.1:{port} refused the tunnel to api.openai.com:443: "
+            )),
+            "{message}"
+        );
+        assert!(message.contains(says), "{message}");
+        served.await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_proxy_that_is_not_there_is_a_refused_connection_naming_the_proxy() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let e = connector(&format!("http://user:pw@127.0.0.1:{port}"))
+        .call("https://api.openai.com/".parse().unwrap())
+        .await
+        .unwrap_err();
+    let failure = classify_connect(&*e);
+    assert_eq!(failure.kind, TransportKind::ConnectionRefused, "{failure}");
+    assert!(
+        failure
+            .message
+            .starts_with(&format!("through the proxy http://127.0.0.1:{port}: ")),
+        "{failure}"
+    );
+    assert!(!failure.message.contains("pw"), "{failure}");
+}
