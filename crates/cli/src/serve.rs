@@ -115,15 +115,23 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
         config.listen_backlog
     );
-    let client = HttpClient::trusting(config.client_timeouts(), &config.upstream_roots)
-        .context("setting up TLS")?;
-    let connections = match config.upstream_roots.len() {
-        0 => connections,
-        n => format!(
+    let client = HttpClient::configured(
+        config.client_timeouts(),
+        &config.upstream_roots,
+        &config.upstream_proxies,
+    )
+    .context("setting up TLS")?;
+    let mut connections = connections;
+    if !config.upstream_roots.is_empty() {
+        let n = config.upstream_roots.len();
+        connections = format!(
             "{connections}\n  upstream TLS        the public roots and {n} CA certificate{} of upstream_ca_file",
             if n == 1 { "" } else { "s" }
-        ),
-    };
+        );
+    }
+    for line in config.upstream_proxies.describe() {
+        connections = format!("{connections}\n  upstream proxy      {line}");
+    }
     // Opened before the async runtime starts, and released and dropped after it ends: the
     // PostgreSQL client blocks on its own connections, which it must never do on the async
     // thread.

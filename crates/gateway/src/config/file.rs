@@ -30,6 +30,10 @@ pub(super) struct ConfigFile {
     pub(super) store_lease_ms: Option<u64>,
     /// CA certificates (PEM) to trust for upstreams' certificates, besides the public roots.
     pub(super) upstream_ca_file: Option<String>,
+    /// The proxy upstreams are reached through (a URL, or `none`), over the environment's.
+    pub(super) upstream_proxy: Option<String>,
+    /// Hosts reached directly despite `upstream_proxy` (`NO_PROXY`'s syntax).
+    pub(super) upstream_no_proxy: Option<String>,
     pub(super) header_read_timeout_ms: Option<u64>,
     pub(super) max_connections: Option<usize>,
     /// The default request deadline of every route (D6).

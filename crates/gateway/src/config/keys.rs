@@ -122,6 +122,7 @@ impl Config {
             .chain(candidates)
             .chain(self.agents.secrets())
             .chain(store)
+            .chain(self.upstream_proxies.secrets().iter().cloned())
             .collect()
     }
 

@@ -15,6 +15,7 @@ mod backlog;
 mod file;
 mod health;
 mod keys;
+mod outbound;
 mod policy;
 mod route;
 mod store;
@@ -135,6 +136,9 @@ pub struct Config {
     /// CA certificates the upstream client trusts besides the public roots
     /// (`upstream_ca_file`): a company's CA, a TLS-inspecting proxy's.
     pub upstream_roots: rebound_runtime::http::ExtraRoots,
+    /// The proxies upstreams are reached through (`upstream_proxy`, else the environment's
+    /// `HTTPS_PROXY`, `HTTP_PROXY`, `ALL_PROXY` and `NO_PROXY`).
+    pub upstream_proxies: rebound_runtime::http::Proxies,
     /// Agent profiles and agent routes (`[[agent]]`, `[[agent_route]]`).
     pub agents: Agents,
 }
@@ -470,14 +474,14 @@ pub fn load_with(
         Some(n) => n,
         None => backlog::default_backlog(),
     };
-    let upstream_roots = match parsed.upstream_ca_file.as_deref() {
-        Some(path) if path.trim().is_empty() => {
-            return Err(err(Some("upstream_ca_file".into()), "is empty".into()));
-        }
-        Some(path) => rebound_runtime::http::ExtraRoots::from_pem_file(std::path::Path::new(path))
-            .map_err(|message| err(Some("upstream_ca_file".into()), message))?,
-        None => rebound_runtime::http::ExtraRoots::default(),
-    };
+    let upstream_roots = outbound::roots(parsed.upstream_ca_file.as_deref())
+        .map_err(|(key, message)| err(key, message))?;
+    let upstream_proxies = outbound::proxies(
+        parsed.upstream_proxy.as_deref(),
+        parsed.upstream_no_proxy.as_deref(),
+        env,
+    )
+    .map_err(|(key, message)| err(key, message))?;
     let agents = agent::compile_agents(
         &parsed.agent,
         &parsed.agent_route,
@@ -502,6 +506,7 @@ pub fn load_with(
         timeouts: global_timeouts,
         connect_timeout,
         upstream_roots,
+        upstream_proxies,
     };
     // Every key loaded is a secret from now on: redacted by value wherever text leaves.
     rebound_core::redact::secrets::remember(config.secrets());

@@ -239,7 +239,7 @@ async fn a_malformed_request_is_never_switched() {
 }
 
 /// A candidate's lines in the log, one per attempt outcome.
-fn attempt_lines(g: &Running, candidate: &str) -> Vec<String> {
+pub(crate) fn attempt_lines(g: &Running, candidate: &str) -> Vec<String> {
     let needle = format!(" candidate={candidate} ");
     g.log
         .lines()
@@ -396,7 +396,7 @@ async fn behind_tls(upstream: &Chaos, handshake: Handshake, trusted: bool) -> St
 
 /// Sends one request and checks that the fallback answered it after one attempt of the
 /// primary whose log line `says` this (its code, class or rule), with nothing waited.
-async fn fallback_at_once(g: &Running, says: &str) {
+pub(crate) async fn fallback_at_once(g: &Running, says: &str) {
     let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.header("x-rebound-candidate"), "fallback");

@@ -18,6 +18,7 @@ mod http2;
 mod jobs;
 mod leases;
 mod passthrough;
+mod proxies;
 mod recovery;
 mod responses;
 mod runs;
@@ -162,7 +163,9 @@ pub(crate) async fn gateway(config: &str, chaos: &Chaos) -> Running {
     .unwrap();
     let time = VirtualTime::starting_at(UNIX_EPOCH + Duration::from_secs(1_796_050_800));
     let log = Logs::capture();
-    let client = HttpClient::trusting(timeouts(), &config.upstream_roots).unwrap();
+    let client =
+        HttpClient::configured(timeouts(), &config.upstream_roots, &config.upstream_proxies)
+            .unwrap();
     let gateway = Gateway::new(config, client, Arc::new(Catalogue::shipped().unwrap()))
         .with_time(time.clone(), time.clone())
         .with_jitter_seed(3);
