@@ -7,7 +7,9 @@ Each client runs clean and under faults scripted in chaos: a 429 with `retry-aft
 overload right after the stream's preamble, a stream cut before content, and exhaustion. A
 check asserts what the client printed and chaos's exact attempt count for the check's key, and
 that the client did not retry on top of rebound (G10, B5). rebound's budget here is 2 retries
-per class, so an always-failing upstream is asked exactly 3 times.
+per class, so an always-failing upstream is asked exactly 3 times. Two routes reach chaos through
+an outbound proxy on loopback (proxy.py): one served through its tunnel, one whose tunnel it
+refuses with a 407, which each client must get as one 502 and not retry.
 
 Usage: python3 tests/clients/run.py [path/to/rebound]
 (`REBOUND_CLIENT_CHECKS=resting` runs only the checks against resting candidates, `clients` only
@@ -27,6 +29,7 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from install import InstallError, install  # noqa: E402
 import agent_run  # noqa: E402
+import proxy  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -73,11 +76,14 @@ def wait_for(port, proc, name):
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
 
 
-CHAOS_PORT, GATEWAY_PORT, RESTING_PORT = free_ports(3)
+CHAOS_PORT, GATEWAY_PORT, RESTING_PORT, PROXY_PORT = free_ports(4)
 GATEWAY = f"http://127.0.0.1:{GATEWAY_PORT}"
 RESTING = f"http://127.0.0.1:{RESTING_PORT}"
 CONFIG = f"""
 listen = "127.0.0.1:{GATEWAY_PORT}"
+# The outbound proxy (proxy.py): candidates on loopback are reached directly, the others
+# through it.
+upstream_proxy = "http://{proxy.URL_CREDENTIALS}@127.0.0.1:{PROXY_PORT}"
 
 [policy]
 rate_limit = {{ retries = {BUDGET}, initial_ms = 100, cap_ms = 200, reset_wait_max_ms = 1000 }}
@@ -110,6 +116,37 @@ base_url = "https://127.0.0.1:{CHAOS_PORT}/v1"
 id = "anthropic-wrong-scheme"
 protocol = "anthropic"
 base_url = "https://127.0.0.1:{CHAOS_PORT}"
+
+# chaos under a name only the proxy resolves; and under one whose CONNECT the proxy refuses (407).
+[[candidate]]
+id = "openai-proxied"
+protocol = "openai"
+base_url = "http://provider.test:{CHAOS_PORT}/v1"
+
+[[candidate]]
+id = "anthropic-proxied"
+protocol = "anthropic"
+base_url = "http://provider.test:{CHAOS_PORT}"
+
+[[candidate]]
+id = "openai-proxy-refused"
+protocol = "openai"
+base_url = "http://provider.refused.test:{CHAOS_PORT}/v1"
+
+[[candidate]]
+id = "anthropic-proxy-refused"
+protocol = "anthropic"
+base_url = "http://provider.refused.test:{CHAOS_PORT}"
+
+[[route]]
+id = "proxied"
+models = ["chaos-proxied"]
+candidates = ["openai-proxied", "anthropic-proxied"]
+
+[[route]]
+id = "proxy-refused"
+models = ["chaos-proxy-refused"]
+candidates = ["openai-proxy-refused", "anthropic-proxy-refused"]
 
 [[route]]
 id = "countdown"
@@ -391,6 +428,22 @@ def tried_once(client, candidates):
     return run_it
 
 
+def through_proxy(client):
+    """`client`, failed unless rebound made one attempt on the proxied candidates meanwhile and
+    every tunnel the proxy opened went to `provider.test` with its credentials. The name
+    resolves nowhere else, so an answer came through the proxy (on a tunnel a check before may
+    have opened: rebound keeps its connections)."""
+    tried = tried_once(client, ["openai-proxied", "anthropic-proxied"])
+
+    def run_it(*args):
+        got, problem = tried(*args)
+        tunnels = [seen for seen in PROXY.seen if seen[0] == "provider.test"]
+        if problem is None and (not tunnels or not all(authorized for _, authorized in tunnels)):
+            problem = f"the proxy's tunnels to provider.test: {tunnels}"
+        return got, problem
+    return run_it
+
+
 def many(step, n=120):
     return ", ".join([step] * n)
 
@@ -418,6 +471,8 @@ def main():
     except InstallError as e:
         print(f"clients: a client could not be installed, so the client tests cannot run.\n{e}", file=sys.stderr)
         return 1
+    global PROXY
+    PROXY = proxy.Proxy(PROXY_PORT)
     chaos = start(["chaos", "--listen", f"127.0.0.1:{CHAOS_PORT}", "--chunk-delay-ms", "0", "--reply", "text"], "chaos")
     config = os.path.join(WORK, "rebound.toml")
     with open(config, "w") as f:
@@ -446,6 +501,7 @@ def main():
 
 
 AGENT_RUN_KEY = "claude-code-agent-run-usage-limit"
+PROXY = None  # the outbound proxy, started by main()
 
 
 def all_checks(clients):
@@ -480,6 +536,18 @@ def all_checks(clients):
     check("claude-code wrong scheme 502", cc_scheme, "ok", claude_failed(502), 0)
     cx_scheme = tried_once(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-wrong-scheme"), scheme)
     check("codex wrong scheme 502", cx_scheme, "ok", codex_failed(502), 0)
+
+    # Candidates behind an outbound proxy: served through its tunnel; and when the proxy refuses
+    # the tunnel for want of credentials, one 502 that names the proxy, nothing retried.
+    cc_proxied = through_proxy(lambda key: claude_code(clients, key, model="chaos-proxied"))
+    check("claude-code through a proxy", cc_proxied, "ok", claude_ok, 1)
+    cx_proxied = through_proxy(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-proxied"))
+    check("codex through a proxy", cx_proxied, "ok", codex_ok, 1)
+    refused = ["openai-proxy-refused", "anthropic-proxy-refused"]
+    cc_refused = tried_once(lambda key: claude_code(clients, key, model="chaos-proxy-refused"), refused)
+    check("claude-code proxy 407 502", cc_refused, "ok", claude_failed(502), 0)
+    cx_refused = tried_once(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-proxy-refused"), refused)
+    check("codex proxy 407 502", cx_refused, "ok", codex_failed(502), 0)
 
     cx = lambda key: codex(clients, key, CODEX_SETTINGS)  # noqa: E731
     check("codex clean", cx, "ok", codex_ok, 1)
