@@ -302,7 +302,14 @@ impl Service<Uri> for Connector {
                 remote_dns,
             }) => {
                 let shown = shown(&proxy);
-                let mut socks = SocksV5::new(proxy, tcp).local_dns(!remote_dns);
+                // The TCP connector dials the proxy's address; it knows only http:// URIs.
+                let dial = Uri::builder()
+                    .scheme("http")
+                    .authority(proxy.authority().map_or("", |a| a.as_str()))
+                    .path_and_query("/")
+                    .build()
+                    .unwrap_or(proxy);
+                let mut socks = SocksV5::new(dial, tcp).local_dns(!remote_dns);
                 if let Some((user, pass)) = auth {
                     socks = socks.with_auth(user, pass);
                 }

@@ -244,3 +244,94 @@ async fn a_proxy_that_is_not_there_is_a_refused_connection_naming_the_proxy() {
     );
     assert!(!failure.message.contains("pw"), "{failure}");
 }
+
+/// A SOCKS5 proxy on loopback that wants `svc:pw` and, when `accept`, answers the connect with
+/// success and echoes four bytes; otherwise it rejects the credentials. Returns its port and
+/// the destination it was asked for (the host as a name, so `socks5h` left resolving to it).
+async fn socks5(accept: bool) -> (u16, tokio::task::JoinHandle<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; 2];
+        s.read_exact(&mut head).await.unwrap();
+        let mut methods = vec![0u8; usize::from(head[1])];
+        s.read_exact(&mut methods).await.unwrap();
+        assert!(methods.contains(&2), "user/password offered: {methods:?}");
+        s.write_all(&[5, 2]).await.unwrap();
+        let mut version_and_len = [0u8; 2];
+        s.read_exact(&mut version_and_len).await.unwrap();
+        let mut user = vec![0u8; usize::from(version_and_len[1])];
+        s.read_exact(&mut user).await.unwrap();
+        let mut len = [0u8; 1];
+        s.read_exact(&mut len).await.unwrap();
+        let mut pass = vec![0u8; usize::from(len[0])];
+        s.read_exact(&mut pass).await.unwrap();
+        let right = user == b"svc" && pass == b"pw";
+        s.write_all(&[1, if right && accept { 0 } else { 1 }])
+            .await
+            .unwrap();
+        if !(right && accept) {
+            // Held open until the client gives up, as a proxy does: a close with unread bytes
+            // would reset the connection before the answer is read.
+            let mut rest = [0u8; 64];
+            while s.read(&mut rest).await.is_ok_and(|n| n > 0) {}
+            return String::new();
+        }
+        let mut request = [0u8; 4];
+        s.read_exact(&mut request).await.unwrap();
+        assert_eq!(request[..2], [5, 1], "CONNECT");
+        assert_eq!(request[3], 3, "a domain name, for the proxy to resolve");
+        s.read_exact(&mut len).await.unwrap();
+        let mut host = vec![0u8; usize::from(len[0])];
+        s.read_exact(&mut host).await.unwrap();
+        let mut port = [0u8; 2];
+        s.read_exact(&mut port).await.unwrap();
+        s.write_all(&[5, 0, 0, 1, 127, 0, 0, 1, 0, 0])
+            .await
+            .unwrap();
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf).await.unwrap();
+        s.write_all(&buf).await.unwrap();
+        format!(
+            "{}:{}",
+            String::from_utf8(host).unwrap(),
+            u16::from_be_bytes(port)
+        )
+    });
+    (port, served)
+}
+
+#[tokio::test]
+async fn a_socks5h_proxy_carries_the_connection_and_resolves_the_name() {
+    let (port, served) = socks5(true).await;
+    let mut connector = connector(&format!("socks5h://svc:pw@127.0.0.1:{port}"));
+    let stream = connector
+        .call("https://api.anthropic.com/v1/messages".parse().unwrap())
+        .await
+        .unwrap();
+    let mut stream = stream.into_inner();
+    stream.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping");
+    assert_eq!(served.await.unwrap(), "api.anthropic.com:443");
+}
+
+#[tokio::test]
+async fn a_socks5_proxy_that_rejects_the_credentials_says_so_naming_the_proxy() {
+    let (port, served) = socks5(false).await;
+    let e = connector(&format!("socks5h://svc:wrong@127.0.0.1:{port}"))
+        .call("https://api.anthropic.com/".parse().unwrap())
+        .await
+        .unwrap_err();
+    let failure = classify_connect(&*e);
+    assert_eq!(
+        failure.message,
+        format!(
+            "through the proxy socks5h://127.0.0.1:{port}: SOCKS error: credentials not accepted"
+        ),
+    );
+    assert_eq!(failure.kind, TransportKind::ConnectionRefused);
+    served.await.unwrap();
+}
