@@ -153,6 +153,20 @@ async fn proxy(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
     (port, served)
 }
 
+/// Connects to `url` through the proxy at `proxy_url`, whose far end echoes four bytes, and
+/// checks the echo.
+async fn echoes(proxy_url: &str, url: &str) {
+    let stream = connector(proxy_url)
+        .call(url.parse().unwrap())
+        .await
+        .unwrap();
+    let mut stream = stream.into_inner();
+    stream.write_all(b"ping").await.unwrap();
+    let mut echoed = [0u8; 4];
+    stream.read_exact(&mut echoed).await.unwrap();
+    assert_eq!(&echoed, b"ping");
+}
+
 fn connector(proxy_url: &str) -> Connector {
     Connector::new(
         HttpConnector::new(),
@@ -163,20 +177,11 @@ fn connector(proxy_url: &str) -> Connector {
 #[tokio::test]
 async fn a_tunnel_carries_the_connection_and_the_proxy_sees_host_port_and_credentials_only() {
     let (port, served) = proxy("HTTP/1.1 200 Connection established\r\n\r\n").await;
-    let mut connector = connector(&format!("http://alice:pw@127.0.0.1:{port}"));
-    let stream = connector
-        .call(
-            "https://api.openai.com/v1/chat/completions"
-                .parse()
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let mut stream = stream.into_inner();
-    stream.write_all(b"ping").await.unwrap();
-    let mut echoed = [0u8; 4];
-    stream.read_exact(&mut echoed).await.unwrap();
-    assert_eq!(&echoed, b"ping");
+    echoes(
+        &format!("http://alice:pw@127.0.0.1:{port}"),
+        "https://api.openai.com/v1/chat/completions",
+    )
+    .await;
     let head = served.await.unwrap();
     assert_eq!(
         head,
@@ -305,16 +310,11 @@ async fn socks5(accept: bool) -> (u16, tokio::task::JoinHandle<String>) {
 #[tokio::test]
 async fn a_socks5h_proxy_carries_the_connection_and_resolves_the_name() {
     let (port, served) = socks5(true).await;
-    let mut connector = connector(&format!("socks5h://svc:pw@127.0.0.1:{port}"));
-    let stream = connector
-        .call("https://api.anthropic.com/v1/messages".parse().unwrap())
-        .await
-        .unwrap();
-    let mut stream = stream.into_inner();
-    stream.write_all(b"ping").await.unwrap();
-    let mut echoed = [0u8; 4];
-    stream.read_exact(&mut echoed).await.unwrap();
-    assert_eq!(&echoed, b"ping");
+    echoes(
+        &format!("socks5h://svc:pw@127.0.0.1:{port}"),
+        "https://api.anthropic.com/v1/messages",
+    )
+    .await;
     assert_eq!(served.await.unwrap(), "api.anthropic.com:443");
 }
 
