@@ -115,7 +115,7 @@ impl HttpClient {
             http.enforce_http(false);
             http.set_nodelay(true);
             http.set_connect_timeout(Some(timeouts.connect));
-            proxy::Connector::new(http, proxies.clone())
+            proxy::Connector::new(http, proxies.clone(), timeouts.connect)
         };
         let roots = extra.with_public_roots();
         let tls = || {

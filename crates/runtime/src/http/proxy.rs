@@ -20,6 +20,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use http::{HeaderValue, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -88,7 +89,11 @@ impl Proxies {
         );
         let mut builder = Matcher::builder();
         let (mut described, mut passwords) = (Vec::new(), Vec::new());
-        for (value, upstreams) in [(&https, "https://"), (&http, "http://"), (&all, "other")] {
+        for (value, upstreams) in [
+            (&https, "https://"),
+            (&http, "http://"),
+            (&all, "the other"),
+        ] {
             let Some((name, value)) = value else {
                 continue;
             };
@@ -259,6 +264,9 @@ enum Route {
 pub(crate) struct Connector {
     tcp: HttpConnector,
     proxies: Proxies,
+    /// How long a proxy may take to open the way (its `CONNECT` answer, its SOCKS handshake):
+    /// the connect timeout, as it is part of connecting.
+    handshake: Duration,
 }
 
 impl std::fmt::Debug for Connector {
@@ -270,8 +278,12 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
-    pub(crate) fn new(tcp: HttpConnector, proxies: Proxies) -> Self {
-        Connector { tcp, proxies }
+    pub(crate) fn new(tcp: HttpConnector, proxies: Proxies, handshake: Duration) -> Self {
+        Connector {
+            tcp,
+            proxies,
+            handshake,
+        }
     }
 }
 
@@ -286,6 +298,7 @@ impl Service<Uri> for Connector {
 
     fn call(&mut self, dst: Uri) -> Self::Future {
         let mut tcp = self.tcp.clone();
+        let handshake = self.handshake;
         match self.proxies.route(&dst) {
             None => Box::pin(async move { tcp.call(dst).await.map_err(Into::into) }),
             Some(Route::Tunnel { proxy, auth }) => Box::pin(async move {
@@ -294,7 +307,12 @@ impl Service<Uri> for Connector {
                     proxy: shown.clone(),
                     cause: e.into(),
                 })?;
-                tunnel(stream, &dst, auth.as_ref(), &shown).await
+                within(
+                    handshake,
+                    &shown,
+                    tunnel(stream, &dst, auth.as_ref(), &shown),
+                )
+                .await
             }),
             Some(Route::Socks {
                 proxy,
@@ -315,16 +333,41 @@ impl Service<Uri> for Connector {
                 }
                 let connecting = socks.call(dst);
                 Box::pin(async move {
-                    connecting.await.map_err(|e| {
-                        Unreached {
-                            proxy: shown,
-                            cause: Box::new(e),
-                        }
-                        .into()
-                    })
+                    let connecting = async {
+                        connecting.await.map_err(|e| -> BoxError {
+                            Box::new(Unreached {
+                                proxy: shown.clone(),
+                                cause: Box::new(e),
+                            })
+                        })
+                    };
+                    within(handshake, &shown, connecting).await
                 })
             }
         }
+    }
+}
+
+/// `opening`, or a timeout naming the proxy if it takes longer than `limit` (a proxy that
+/// accepts the connection and never answers would otherwise hold the attempt until its
+/// first-byte timeout).
+async fn within(
+    limit: Duration,
+    proxy: &str,
+    opening: impl Future<Output = Result<TokioIo<TcpStream>, BoxError>>,
+) -> Result<TokioIo<TcpStream>, BoxError> {
+    match tokio::time::timeout(limit, opening).await {
+        Ok(result) => result,
+        Err(_) => Err(Box::new(Unreached {
+            proxy: proxy.to_owned(),
+            cause: Box::new(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "the proxy did not open the way within {} s",
+                    limit.as_secs_f64()
+                ),
+            )),
+        })),
     }
 }
 

@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::time::Duration;
 
 use http::Uri;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -43,6 +44,13 @@ fn the_upper_case_variable_wins_an_empty_one_counts_as_unset_and_none_means_dire
         "HTTP_PROXY is empty: an http upstream is reached directly"
     );
     assert!(Proxies::from_vars(vars(&[])).unwrap().is_empty());
+    let bare = Proxies::from_vars(vars(&[("HTTPS_PROXY", "proxy.corp:3128")])).unwrap();
+    assert_eq!(
+        bare.describe(),
+        ["http://proxy.corp:3128 for https:// upstreams (HTTPS_PROXY)"],
+        "a value without a scheme is an HTTP proxy, as curl takes it"
+    );
+    assert!(route(&bare, "https://api.openai.com/").is_some());
     assert!(
         Proxies::from_vars(vars(&[("NO_PROXY", "example.com")]))
             .unwrap()
@@ -70,7 +78,7 @@ fn loopback_and_no_proxy_hosts_are_reached_directly() {
     assert_eq!(
         proxies.describe(),
         [
-            "http://proxy.corp:3128 for other upstreams (ALL_PROXY)",
+            "http://proxy.corp:3128 for the other upstreams (ALL_PROXY)",
             "not for internal.corp, 10.0.0.0/8 (no_proxy)"
         ]
     );
@@ -171,6 +179,7 @@ fn connector(proxy_url: &str) -> Connector {
     Connector::new(
         HttpConnector::new(),
         Proxies::fixed(proxy_url, None).unwrap(),
+        Duration::from_secs(10),
     )
 }
 
@@ -334,4 +343,35 @@ async fn a_socks5_proxy_that_rejects_the_credentials_says_so_naming_the_proxy() 
     );
     assert_eq!(failure.kind, TransportKind::ConnectionRefused);
     served.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_proxy_that_never_answers_is_a_connect_timeout_naming_the_proxy() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    for scheme in ["http", "socks5h"] {
+        let e = Connector::new(
+            HttpConnector::new(),
+            Proxies::fixed(&format!("{scheme}://127.0.0.1:{port}"), None).unwrap(),
+            Duration::from_millis(200),
+        )
+        .call("https://api.openai.com/".parse().unwrap())
+        .await
+        .unwrap_err();
+        let failure = classify_connect(&*e);
+        assert_eq!(failure.kind, TransportKind::ConnectTimeout, "{failure}");
+        assert_eq!(
+            failure.message,
+            format!(
+                "through the proxy {scheme}://127.0.0.1:{port}: the proxy did not open the way within 0.2 s"
+            )
+        );
+    }
+    held.abort();
 }

@@ -189,6 +189,7 @@ fn client() -> Client {
         .wrap_connector(crate::http::proxy::Connector::new(
             tcp,
             crate::http::Proxies::none(),
+            Duration::from_secs(10),
         ));
     Client::new(connector, Duration::from_secs(90))
 }
