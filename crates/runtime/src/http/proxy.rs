@@ -188,8 +188,9 @@ fn check(value: &str) -> Result<String, String> {
         "http" | "socks5" | "socks5h" => {}
         "https" => {
             return Err(
-                "a proxy reached over TLS (https://) is not supported: name it http://host:port \
-                 (the tunnel inside it is TLS to the upstream all the same)"
+                "a proxy reached over TLS (https://) is not supported: a proxy that also takes \
+                 plain connections can be named http://host:port (the tunnel through it still \
+                 carries TLS to the upstream)"
                     .to_owned(),
             );
         }
