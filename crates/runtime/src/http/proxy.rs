@@ -419,7 +419,7 @@ impl std::fmt::Display for Refused {
         )?;
         match self.status {
             401 | 407 => f.write_str(" (the proxy wants credentials, or other ones: put them in its URL, http://user:password@host:port)"),
-            403 => f.write_str(" (the proxy's policy does not allow this host)"),
+            403 => f.write_str(" (the proxy's policy does not allow this host or port)"),
             _ => Ok(()),
         }
     }

@@ -212,7 +212,7 @@ async fn a_refused_tunnel_keeps_the_proxys_status_and_says_what_to_do() {
         ),
         (
             "HTTP/1.1 403 Forbidden\r\n\r\n",
-            "CONNECT answered 403 Forbidden (the proxy's policy does not allow this host)",
+            "CONNECT answered 403 Forbidden (the proxy's policy does not allow this host or port)",
         ),
         (
             "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n",
