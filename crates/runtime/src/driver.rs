@@ -50,10 +50,19 @@ impl Runtime {
         }
     }
 
-    /// A runtime with default timeouts, the shipped catalogue and the interactive policy.
+    /// A runtime with default timeouts, the shipped catalogue and the interactive policy,
+    /// reaching providers through the proxy the environment names (`HTTPS_PROXY`, `HTTP_PROXY`,
+    /// `ALL_PROXY`, `NO_PROXY`, as curl reads them); a variable that holds no usable proxy is an
+    /// error naming it. [`Runtime::new`] takes any client, [`HttpClient::new`] one that reaches
+    /// every provider directly.
     pub fn interactive() -> Result<Self, Box<dyn std::error::Error + Send + Sync>> {
+        let proxies = crate::http::Proxies::from_env()?;
         Ok(Self::new(
-            HttpClient::new(Timeouts::default())?,
+            HttpClient::configured(
+                Timeouts::default(),
+                &crate::http::ExtraRoots::default(),
+                &proxies,
+            )?,
             Arc::new(Catalogue::shipped()?),
             Arc::new(Policy::interactive()),
         ))
