@@ -168,7 +168,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
             .with_runs(Arc::new(run_store));
         // On a shared store, the health ledger is shared too (X3): listening before serving.
         if let Some(shared) = shared {
-            rebound_gateway::peers::share(&gateway, shared).await;
+            gateway.share_health(shared).await;
         }
         let server = Server::start(gateway, None)
             .await

@@ -20,8 +20,6 @@ use rebound_core::{Change, Entry, HealthState, Learned};
 use rebound_runtime::{Clock, SharedHealth};
 use rebound_store::{PostgresStore, SharedDeadline, StoreError};
 
-use crate::state::Gateway;
-
 /// The log target of the sharing threads' events.
 const LOG_TARGET: &str = "rebound::health";
 
@@ -108,30 +106,34 @@ fn incoming(deadline: &SharedDeadline) -> Option<Learned> {
     })
 }
 
-/// Shares the gateway's health ledger with every other instance on `store`: reads the
-/// deadlines still running, starts listening for new ones, and passes its own on. Returns
-/// once listening (or after [`START_TIMEOUT`], the listener trying on meanwhile), so that a
-/// deadline another instance sets after this instance started serving is not missed. A
-/// gateway without a ledger (`[health] enabled = false`) shares nothing.
-pub async fn share(gateway: &Gateway, store: Arc<PostgresStore>) {
-    let Some(health) = gateway.engine.health() else {
+/// Shares the health ledger `health` with every other instance on `store`: reads the
+/// deadlines still running, starts listening for new ones, and passes on what `outbox` is
+/// posted. Returns once listening (or after [`START_TIMEOUT`], the listener trying on
+/// meanwhile), so that a deadline another instance sets after this instance started serving is
+/// not missed. Without a ledger (`[health] enabled = false`) nothing is shared.
+pub(crate) async fn share(
+    health: Option<&Arc<SharedHealth>>,
+    outbox: &Outbox,
+    clock: Arc<dyn Clock>,
+    store: Arc<PostgresStore>,
+) {
+    let Some(health) = health else {
         return;
     };
-    let (sender, outbox) = mpsc::channel::<SharedDeadline>();
-    if gateway.outbox.0.set(sender).is_err() {
+    let (sender, posted) = mpsc::channel::<SharedDeadline>();
+    if outbox.0.set(sender).is_err() {
         return;
     }
     let writer = Arc::clone(&store);
     let spawned = std::thread::Builder::new()
         .name("rebound-health-writer".into())
-        .spawn(move || write(&writer, &outbox));
+        .spawn(move || write(&writer, &posted));
     if let Err(e) = spawned {
         tracing::warn!(target: LOG_TARGET, event = "shared_health_failed", error = %e);
         return;
     }
     let (ready, listening) = tokio::sync::oneshot::channel();
     let health = Arc::downgrade(health);
-    let clock = gateway.engine.shared_clock();
     let spawned = std::thread::Builder::new()
         .name("rebound-health-listener".into())
         .spawn(move || listen(&store, &health, clock.as_ref(), ready));

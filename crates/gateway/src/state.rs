@@ -90,6 +90,18 @@ impl Gateway {
         self
     }
 
+    /// Shares the health ledger with every other instance on `store` (X3); see
+    /// [`crate::peers`]. Returns once listening, before the gateway serves.
+    pub async fn share_health(&self, store: Arc<rebound_store::PostgresStore>) {
+        crate::peers::share(
+            self.engine.health(),
+            &self.outbox,
+            self.engine.shared_clock(),
+            store,
+        )
+        .await;
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
