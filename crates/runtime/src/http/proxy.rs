@@ -74,19 +74,13 @@ impl Proxies {
     /// their lower-case spellings). A value that is no proxy URL is an error naming the
     /// variable; an empty one counts as not set.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
-        let mut values = VARIABLES.iter().map(|(upper, lower)| {
+        let [https, http, all, no] = VARIABLES.map(|(upper, lower)| {
             [upper, lower].into_iter().find_map(|name| {
                 var(name)
                     .filter(|v| !v.trim().is_empty())
-                    .map(|v| (*name, v))
+                    .map(|v| (name, v))
             })
         });
-        let (https, http, all, no) = (
-            values.next().flatten(),
-            values.next().flatten(),
-            values.next().flatten(),
-            values.next().flatten(),
-        );
         let mut builder = Matcher::builder();
         let (mut described, mut passwords) = (Vec::new(), Vec::new());
         for (value, upstreams) in [
@@ -97,9 +91,12 @@ impl Proxies {
             let Some((name, value)) = value else {
                 continue;
             };
-            let shown = check(value).map_err(|why| format!("{name}: {why}"))?;
-            passwords.extend(password(value));
-            described.push(format!("{shown} for {upstreams} upstreams ({name})"));
+            let checked = check(value).map_err(|why| format!("{name}: {why}"))?;
+            passwords.extend(checked.secret);
+            described.push(format!(
+                "{} for {upstreams} upstreams ({name})",
+                checked.shown
+            ));
             builder = match upstreams {
                 "https://" => builder.https(value.trim()),
                 "http://" => builder.http(value.trim()),
@@ -124,8 +121,8 @@ impl Proxies {
     /// `no_proxy` (`NO_PROXY`'s syntax) and loopback ones. The error says what is wrong with
     /// the URL, never what its credentials are.
     pub fn fixed(url: &str, no_proxy: Option<&str>) -> Result<Self, String> {
-        let shown = check(url)?;
-        let mut described = vec![format!("{shown} for every upstream")];
+        let checked = check(url)?;
+        let mut described = vec![format!("{} for every upstream", checked.shown)];
         let mut builder = Matcher::builder().all(url.trim());
         if let Some(no) = no_proxy.filter(|n| !n.trim().is_empty()) {
             described.push(format!("not for {}", no.trim()));
@@ -134,7 +131,7 @@ impl Proxies {
         Ok(Proxies {
             matcher: Some(Arc::new(builder.build())),
             described,
-            passwords: password(url),
+            passwords: checked.secret,
         })
     }
 
@@ -143,7 +140,9 @@ impl Proxies {
         self.matcher.is_none()
     }
 
-    /// The proxies' passwords, to be redacted wherever text leaves rebound.
+    /// The proxies' passwords long enough to be redacted by value wherever text leaves rebound
+    /// (rebound never writes a proxy's credentials; a shorter password redacted by value would
+    /// also blank ordinary words that contain it).
     pub fn secrets(&self) -> &[String] {
         &self.passwords
     }
@@ -177,10 +176,17 @@ impl Proxies {
     }
 }
 
-/// A proxy URL rebound can use, shown without its credentials; or why not.
-fn check(value: &str) -> Result<String, String> {
-    let value = value.trim();
+/// A proxy URL rebound can use: as shown, without its credentials, and its password.
+struct Checked {
+    shown: String,
+    /// The password as written and percent-decoded, each if long enough to redact by value.
+    secret: Vec<String>,
+}
+
+/// A proxy URL rebound can use; or why not, never naming its credentials.
+fn check(value: &str) -> Result<Checked, String> {
     let uri: Uri = value
+        .trim()
         .parse()
         .map_err(|_| "is not a URL (expected http://host:port or socks5://host:port)".to_owned())?;
     let scheme = uri.scheme_str().unwrap_or("http");
@@ -202,42 +208,37 @@ fn check(value: &str) -> Result<String, String> {
     }
     let authority = uri
         .authority()
+        .filter(|a| !a.host().is_empty())
         .ok_or_else(|| "names no host (expected http://host:port)".to_owned())?;
-    let (credentials, host_port) = match authority.as_str().rsplit_once('@') {
-        Some((_, host_port)) => (" (with credentials)", host_port),
-        None => ("", authority.as_str()),
+    let (userinfo, host_port) = match authority.as_str().rsplit_once('@') {
+        Some((userinfo, host_port)) => (Some(userinfo), host_port),
+        None => (None, authority.as_str()),
     };
-    if host_port.is_empty() || authority.host().is_empty() {
-        return Err("names no host (expected http://host:port)".to_owned());
-    }
-    Ok(format!("{scheme}://{host_port}{credentials}"))
-}
-
-/// The password of a proxy URL's credentials, as written and percent-decoded.
-fn password(url: &str) -> Vec<String> {
-    let Some(authority) = url
-        .trim()
-        .parse::<Uri>()
-        .ok()
-        .and_then(|u| u.into_parts().authority)
-    else {
-        return Vec::new();
+    let credentials = if userinfo.is_some() {
+        " (with credentials)"
+    } else {
+        ""
     };
-    let Some((userinfo, _)) = authority.as_str().rsplit_once('@') else {
-        return Vec::new();
-    };
-    let Some((_, written)) = userinfo.split_once(':') else {
-        return Vec::new();
-    };
-    let decoded = percent_encoding::percent_decode_str(written)
-        .decode_utf8_lossy()
-        .into_owned();
-    let mut out = vec![written.to_owned()];
-    if decoded != written {
-        out.push(decoded);
-    }
-    out.retain(|p| !p.is_empty());
-    out
+    let written = userinfo.and_then(|u| u.split_once(':')).map(|(_, p)| p);
+    let secret = written
+        .into_iter()
+        .flat_map(|written| {
+            let decoded = percent_encoding::percent_decode_str(written)
+                .decode_utf8_lossy()
+                .into_owned();
+            [written.to_owned(), decoded]
+        })
+        .filter(|p| rebound_core::redact::secrets::check(p).is_ok())
+        .fold(Vec::new(), |mut out, p| {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+            out
+        });
+    Ok(Checked {
+        shown: format!("{scheme}://{host_port}{credentials}"),
+        secret,
+    })
 }
 
 /// Whether a URI's host is this machine's loopback interface.
@@ -446,11 +447,8 @@ async fn tunnel(
         } else {
             443
         });
-    let target = if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
-    };
+    // An IPv6 host comes bracketed (`[::1]`), as `CONNECT` wants it.
+    let target = format!("{host}:{port}");
     let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
     if let Some(auth) = auth {
         head.extend_from_slice(b"Proxy-Authorization: ");

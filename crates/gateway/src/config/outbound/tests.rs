@@ -11,7 +11,7 @@ fn the_environments_proxies_are_used_without_upstream_proxy_and_their_password_i
     let config = load_env(
         "",
         [
-            ("HTTPS_PROXY", "http://svc:p%40ss@proxy.corp:3128"),
+            ("HTTPS_PROXY", "http://svc:p%40ss-word@proxy.corp:3128"),
             ("NO_PROXY", "internal.corp"),
         ],
     )
@@ -24,7 +24,7 @@ fn the_environments_proxies_are_used_without_upstream_proxy_and_their_password_i
         ]
     );
     let secrets = config.secrets();
-    for password in ["p%40ss", "p@ss"] {
+    for password in ["p%40ss-word", "p@ss-word"] {
         assert!(secrets.iter().any(|s| s == password), "{password}");
     }
     assert!(load_env("", []).unwrap().upstream_proxies.is_empty());

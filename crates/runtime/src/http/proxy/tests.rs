@@ -101,8 +101,12 @@ fn credentials_go_to_the_proxy_and_nowhere_else() {
     };
     assert!(auth.unwrap().is_sensitive());
     assert_eq!(proxies.secrets(), ["s3cret-pw"]);
-    let escaped = Proxies::fixed("http://svc:p%40ss@proxy.corp:3128", None).unwrap();
-    assert_eq!(escaped.secrets(), ["p%40ss", "p@ss"]);
+    let escaped = Proxies::fixed("http://svc:p%40ss-word@proxy.corp:3128", None).unwrap();
+    assert_eq!(escaped.secrets(), ["p%40ss-word", "p@ss-word"]);
+    // Too short to redact by value without blanking ordinary words that contain it; rebound
+    // never writes it anyway.
+    let short = Proxies::fixed("http://svc:pw@proxy.corp:3128", None).unwrap();
+    assert!(short.secrets().is_empty());
     let socks = Proxies::fixed("socks5h://bob:pw@127.0.0.1:1080", None).unwrap();
     let Some(Route::Socks {
         auth, remote_dns, ..
@@ -374,4 +378,19 @@ async fn a_proxy_that_never_answers_is_a_connect_timeout_naming_the_proxy() {
         );
     }
     held.abort();
+}
+
+#[tokio::test]
+async fn an_ipv6_upstream_is_asked_for_in_brackets() {
+    let (port, served) = proxy("HTTP/1.1 200 Connection established\r\n\r\n").await;
+    echoes(
+        &format!("http://127.0.0.1:{port}"),
+        "https://[2001:db8::7]:8443/v1/chat/completions",
+    )
+    .await;
+    let head = served.await.unwrap();
+    assert!(
+        head.starts_with("CONNECT [2001:db8::7]:8443 HTTP/1.1\r\nHost: [2001:db8::7]:8443\r\n"),
+        "{head}"
+    );
 }
