@@ -360,14 +360,17 @@ async fn a_proxy_that_never_answers_is_a_connect_timeout_naming_the_proxy() {
         }
     });
     for scheme in ["http", "socks5h"] {
-        let e = Connector::new(
+        let connecting = Connector::new(
             HttpConnector::new(),
             Proxies::fixed(&format!("{scheme}://127.0.0.1:{port}"), None).unwrap(),
             Duration::from_millis(200),
         )
-        .call("https://api.openai.com/".parse().unwrap())
-        .await
-        .unwrap_err();
+        .call("https://api.openai.com/".parse().unwrap());
+        // Without the bound the call never ends: the test fails here instead of hanging.
+        let e = tokio::time::timeout(Duration::from_secs(10), connecting)
+            .await
+            .expect("the proxy's silence ends the attempt")
+            .unwrap_err();
         let failure = classify_connect(&*e);
         assert_eq!(failure.kind, TransportKind::ConnectTimeout, "{failure}");
         assert_eq!(
