@@ -79,6 +79,28 @@ def wait_for(port, proc, name):
 CHAOS_PORT, GATEWAY_PORT, RESTING_PORT, PROXY_PORT = free_ports(4)
 GATEWAY = f"http://127.0.0.1:{GATEWAY_PORT}"
 RESTING = f"http://127.0.0.1:{RESTING_PORT}"
+def pair(name, model, origin):
+    """A route `name` for `model` of two candidates at `origin`, one per protocol
+    (`openai-NAME` at ORIGIN/v1, `anthropic-NAME` at ORIGIN), as the gateway sends a request to
+    the candidate of the caller's protocol."""
+    return f"""
+[[candidate]]
+id = "openai-{name}"
+protocol = "openai"
+base_url = "{origin}/v1"
+
+[[candidate]]
+id = "anthropic-{name}"
+protocol = "anthropic"
+base_url = "{origin}"
+
+[[route]]
+id = "{name}"
+models = ["{model}"]
+candidates = ["openai-{name}", "anthropic-{name}"]
+"""
+
+
 CONFIG = f"""
 listen = "127.0.0.1:{GATEWAY_PORT}"
 # The outbound proxy (proxy.py): candidates on loopback are reached directly, the others
@@ -106,68 +128,28 @@ protocol = "anthropic"
 base_url = "http://127.0.0.1:{CHAOS_PORT}"
 policy = {{ transient = {{ retries = 1, initial_ms = 1500, cap_ms = 1500, jitter = 0.0 }} }}
 
-# Base URLs that say https:// for chaos's plain-HTTP port: a configuration no retry mends.
-[[candidate]]
-id = "openai-wrong-scheme"
-protocol = "openai"
-base_url = "https://127.0.0.1:{CHAOS_PORT}/v1"
-
-[[candidate]]
-id = "anthropic-wrong-scheme"
-protocol = "anthropic"
-base_url = "https://127.0.0.1:{CHAOS_PORT}"
-
-# chaos under a name only the proxy resolves; and under one whose CONNECT the proxy refuses (407).
-[[candidate]]
-id = "openai-proxied"
-protocol = "openai"
-base_url = "http://provider.test:{CHAOS_PORT}/v1"
-
-[[candidate]]
-id = "anthropic-proxied"
-protocol = "anthropic"
-base_url = "http://provider.test:{CHAOS_PORT}"
-
-[[candidate]]
-id = "openai-proxy-refused"
-protocol = "openai"
-base_url = "http://provider.refused.test:{CHAOS_PORT}/v1"
-
-[[candidate]]
-id = "anthropic-proxy-refused"
-protocol = "anthropic"
-base_url = "http://provider.refused.test:{CHAOS_PORT}"
-
-[[route]]
-id = "proxied"
-models = ["chaos-proxied"]
-candidates = ["openai-proxied", "anthropic-proxied"]
-
-[[route]]
-id = "proxy-refused"
-models = ["chaos-proxy-refused"]
-candidates = ["openai-proxy-refused", "anthropic-proxy-refused"]
-
 [[route]]
 id = "countdown"
 models = ["chaos-countdown"]
 candidates = ["anthropic-slow"]
-
-[[route]]
-id = "wrong-scheme"
-models = ["chaos-wrong-scheme"]
-candidates = ["openai-wrong-scheme", "anthropic-wrong-scheme"]
-
-[[route]]
-id = "default"
-models = ["*"]
-candidates = ["openai", "anthropic"]
 
 # The scenarios run one after another through this one gateway and each counts rebound's
 # exact attempts before the client sees its give-up: a circuit one scenario opened would rest
 # the next one's candidate. The shared ledger is tested on its own (crates/gateway/tests).
 [health]
 enabled = false
+"""
+# Base URLs that say https:// for chaos's plain-HTTP port: a configuration no retry mends.
+CONFIG += pair("wrong-scheme", "chaos-wrong-scheme", f"https://127.0.0.1:{CHAOS_PORT}")
+# chaos under a name only the proxy resolves; and under one whose CONNECT the proxy refuses (407).
+CONFIG += pair("proxied", "chaos-proxied", f"http://provider.test:{CHAOS_PORT}")
+CONFIG += pair("proxy-refused", "chaos-proxy-refused", f"http://provider.refused.test:{CHAOS_PORT}")
+# Last: routes are matched in order, and this one takes every model.
+CONFIG += """
+[[route]]
+id = "default"
+models = ["*"]
+candidates = ["openai", "anthropic"]
 """
 
 
@@ -186,37 +168,9 @@ transient = {{ retries = {BUDGET}, initial_ms = 100, cap_ms = 200 }}
 [health]
 window_ms = 120000
 window_cap_ms = 120000
-
-[[candidate]]
-id = "openai-quota"
-protocol = "openai"
-base_url = "http://127.0.0.1:{CHAOS_PORT}/v1"
-
-[[candidate]]
-id = "anthropic-quota"
-protocol = "anthropic"
-base_url = "http://127.0.0.1:{CHAOS_PORT}"
-
-[[candidate]]
-id = "openai-down"
-protocol = "openai"
-base_url = "http://127.0.0.1:{CHAOS_PORT}/v1"
-
-[[candidate]]
-id = "anthropic-down"
-protocol = "anthropic"
-base_url = "http://127.0.0.1:{CHAOS_PORT}"
-
-[[route]]
-id = "quota"
-models = ["chaos-quota"]
-candidates = ["openai-quota", "anthropic-quota"]
-
-[[route]]
-id = "down"
-models = ["chaos-down"]
-candidates = ["openai-down", "anthropic-down"]
 """
+RESTING_CONFIG += pair("quota", "chaos-quota", f"http://127.0.0.1:{CHAOS_PORT}")
+RESTING_CONFIG += pair("down", "chaos-down", f"http://127.0.0.1:{CHAOS_PORT}")
 
 
 def rest(model, key, script):
@@ -548,6 +502,12 @@ def all_checks(clients):
     check("claude-code proxy 407 502", cc_refused, "ok", claude_failed(502), 0)
     cx_refused = tried_once(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-proxy-refused"), refused)
     check("codex proxy 407 502", cx_refused, "ok", codex_failed(502), 0)
+    for which in ["openai", "anthropic"]:
+        sdk_proxied = through_proxy(lambda key, w=which: official_sdk(clients, w, key, GATEWAY, "chaos-proxied"))
+        check(f"{which}-python through a proxy", sdk_proxied, "ok", sdk_ok, 1)
+        sdk_refused = tried_once(
+            lambda key, w=which: official_sdk(clients, w, key, GATEWAY, "chaos-proxy-refused"), refused)
+        check(f"{which}-python proxy 407 502", sdk_refused, "ok", sdk_failed(502), 0)
 
     cx = lambda key: codex(clients, key, CODEX_SETTINGS)  # noqa: E731
     check("codex clean", cx, "ok", codex_ok, 1)
