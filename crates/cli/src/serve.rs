@@ -109,7 +109,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
     {
         config.max_connections = Some(config.connections_for_open_files(open_files));
     }
-    let connections = format!(
+    let mut connections = format!(
         "  connections         up to {} at once (open files limit {}, listen backlog {})",
         config.connection_cap(),
         open_files.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
@@ -121,7 +121,6 @@ pub(crate) fn run(args: ServeArgs) -> Result<()> {
         &config.upstream_proxies,
     )
     .context("setting up TLS")?;
-    let mut connections = connections;
     if !config.upstream_roots.is_empty() {
         let n = config.upstream_roots.len();
         connections = format!(
