@@ -1,7 +1,9 @@
-"""An outbound proxy on loopback for the client checks: it answers `CONNECT` as an HTTP proxy
-does and tunnels to the port asked for on loopback, whatever the host, so a candidate whose base
-URL names `provider.test` is reached only through it. It wants the credentials below, and it
-refuses every host under `refused.test` with a 407, as a proxy does whose credentials are wrong.
+"""An outbound proxy on loopback for the client checks. It serves as an HTTP proxy does, on
+loopback whatever the host: a `CONNECT` is tunnelled to the port asked for, and a request in
+absolute form (`POST http://host:port/path`, as rebound hands it a plain `http://` upstream's) is
+passed on to that port as it came. So a candidate whose base URL names `provider.test` is reached
+only through it. It wants the credentials below, and it refuses every host under `refused.test`
+with a 407, as a proxy does whose credentials are wrong.
 
 Used by run.py: rebound's `upstream_proxy` names it.
 """
@@ -26,9 +28,12 @@ class _Handler(socketserver.BaseRequestHandler):
                 return
             head += chunk
         text = head.decode("latin-1")
-        target = text.split(" ", 2)[1] if text.startswith("CONNECT ") else ""
-        host, _, port = target.rpartition(":")
-        authorized = f"\r\nProxy-Authorization: {BASIC}\r\n" in text
+        tunnel = text.startswith("CONNECT ")
+        target = text.split(" ", 2)[1] if " " in text else ""
+        # `host:port`, or `http://host:port/path`.
+        authority = target if tunnel else target.removeprefix("http://").split("/", 1)[0]
+        host, _, port = authority.rpartition(":")
+        authorized = f"\r\nproxy-authorization: {BASIC.lower()}\r\n" in text.lower()
         self.server.seen.append((host, authorized))
         if not authorized or host.endswith("refused.test"):
             client.sendall(b"HTTP/1.1 407 Proxy Authentication Required\r\n"
@@ -39,7 +44,10 @@ class _Handler(socketserver.BaseRequestHandler):
         except (OSError, ValueError):
             client.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
             return
-        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        if tunnel:
+            client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        else:
+            upstream.sendall(head)
         _pipe(client, upstream)
 
 
@@ -69,5 +77,5 @@ class Proxy(socketserver.ThreadingTCPServer):
 
     def __init__(self, port):
         super().__init__(("127.0.0.1", port), _Handler)
-        self.seen = []  # (host, authorized) of every CONNECT, in order
+        self.seen = []  # (host, authorized) of every CONNECT and request, in order
         threading.Thread(target=self.serve_forever, daemon=True).start()

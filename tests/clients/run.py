@@ -8,8 +8,8 @@ overload right after the stream's preamble, a stream cut before content, and exh
 check asserts what the client printed and chaos's exact attempt count for the check's key, and
 that the client did not retry on top of rebound (G10, B5). rebound's budget here is 2 retries
 per class, so an always-failing upstream is asked exactly 3 times. Two routes reach chaos through
-an outbound proxy on loopback (proxy.py): one served through its tunnel, one whose tunnel it
-refuses with a 407, which each client must get as one 502 and not retry.
+an outbound proxy on loopback (proxy.py): one it serves, one it refuses with a 407, which each
+client must get as one 502 and not retry.
 
 Usage: python3 tests/clients/run.py [path/to/rebound]
 (`REBOUND_CLIENT_CHECKS=resting` runs only the checks against resting candidates, `clients` only
@@ -141,7 +141,7 @@ enabled = false
 """
 # Base URLs that say https:// for chaos's plain-HTTP port: a configuration no retry mends.
 CONFIG += pair("wrong-scheme", "chaos-wrong-scheme", f"https://127.0.0.1:{CHAOS_PORT}")
-# chaos under a name only the proxy resolves; and under one whose CONNECT the proxy refuses (407).
+# chaos under a name only the proxy resolves; and under one the proxy refuses (407).
 CONFIG += pair("proxied", "chaos-proxied", f"http://provider.test:{CHAOS_PORT}")
 CONFIG += pair("proxy-refused", "chaos-proxy-refused", f"http://provider.refused.test:{CHAOS_PORT}")
 # Last: routes are matched in order, and this one takes every model.
@@ -384,16 +384,16 @@ def tried_once(client, candidates):
 
 def through_proxy(client):
     """`client`, failed unless rebound made one attempt on the proxied candidates meanwhile and
-    every tunnel the proxy opened went to `provider.test` with its credentials. The name
-    resolves nowhere else, so an answer came through the proxy (on a tunnel a check before may
-    have opened: rebound keeps its connections)."""
+    everything the proxy was sent for `provider.test` came with its credentials. The name
+    resolves nowhere else, so an answer came through the proxy (on a connection a check before
+    may have opened: rebound keeps its connections)."""
     tried = tried_once(client, ["openai-proxied", "anthropic-proxied"])
 
     def run_it(*args):
         got, problem = tried(*args)
-        tunnels = [seen for seen in PROXY.seen if seen[0] == "provider.test"]
-        if problem is None and (not tunnels or not all(authorized for _, authorized in tunnels)):
-            problem = f"the proxy's tunnels to provider.test: {tunnels}"
+        sent = [seen for seen in PROXY.seen if seen[0] == "provider.test"]
+        if problem is None and (not sent or not all(authorized for _, authorized in sent)):
+            problem = f"what the proxy was sent for provider.test: {sent}"
         return got, problem
     return run_it
 
@@ -491,8 +491,8 @@ def all_checks(clients):
     cx_scheme = tried_once(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-wrong-scheme"), scheme)
     check("codex wrong scheme 502", cx_scheme, "ok", codex_failed(502), 0)
 
-    # Candidates behind an outbound proxy: served through its tunnel; and when the proxy refuses
-    # the tunnel for want of credentials, one 502 that names the proxy, nothing retried.
+    # Candidates behind an outbound proxy: served through it; and when the proxy refuses
+    # them for want of credentials, one 502 that names the proxy, nothing retried.
     cc_proxied = through_proxy(lambda key: claude_code(clients, key, model="chaos-proxied"))
     check("claude-code through a proxy", cc_proxied, "ok", claude_ok, 1)
     cx_proxied = through_proxy(lambda key: codex(clients, key, CODEX_SETTINGS, model="chaos-proxied"))

@@ -317,7 +317,7 @@ async fn an_https_url_on_a_plain_http_port_alone_fails_at_once_and_says_why() {
 
 /// How a test TLS server takes a client's handshake.
 #[derive(Clone, Copy, PartialEq)]
-enum Handshake {
+pub(crate) enum Handshake {
     /// With the test certificate, as any server would.
     Accepted,
     /// Refused with the `handshake_failure` alert: the server offers only TLS 1.2 suites for
@@ -328,7 +328,10 @@ enum Handshake {
 /// A TLS server on loopback whose certificate no public root vouches for (the runtime's test
 /// certificate, signed by its own test CA), in front of `behind` (a TLS-inspecting proxy, a
 /// company's gateway).
-async fn tls_front(behind: std::net::SocketAddr, handshake: Handshake) -> std::net::SocketAddr {
+pub(crate) async fn tls_front(
+    behind: std::net::SocketAddr,
+    handshake: Handshake,
+) -> std::net::SocketAddr {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_slice_iter(include_bytes!(

@@ -1,8 +1,9 @@
 //! Upstreams reached through an outbound proxy (`upstream_proxy`, or the environment's
-//! `HTTPS_PROXY` and its kin): a `CONNECT` tunnel through a real proxy on loopback, and what a
-//! proxy's refusal does to recovery (C4, D3). The primary's base URL names a host that only
-//! the proxy resolves, so a request that reaches it went through the proxy; the fallback is
-//! on loopback, which is never proxied.
+//! `HTTPS_PROXY` and its kin), a real proxy on loopback: an `https://` upstream through a
+//! `CONNECT` tunnel, a plain `http://` one by handing the proxy the request in absolute form,
+//! and what a proxy's refusal does to recovery (C4, D3). The primary's base URL names a host
+//! that only the proxy resolves (and the test certificate names), so a request that reaches it
+//! went through the proxy; the fallback is on loopback, which is never proxied.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -11,7 +12,7 @@ use rebound_chaos::Chaos;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::failover::{attempt_lines, fallback_at_once};
+use crate::failover::{Handshake, attempt_lines, fallback_at_once, tls_front};
 use crate::{Running, chaos, gateway, openai_body, primary_then_fallback};
 
 /// The proxy's credentials in the tests' configuration, and what it expects to be sent.
@@ -19,9 +20,10 @@ const USER: &str = "svc";
 const PASSWORD: &str = "proxy-secret-7f3a";
 const BASIC: &str = "Basic c3ZjOnByb3h5LXNlY3JldC03ZjNh";
 
-/// A proxy on loopback. `answer` is its status line for every `CONNECT`, or `None` to open the
-/// tunnel (to loopback, whatever the host) when the credentials are right, and to answer 407
-/// when they are not. It keeps the head of each `CONNECT` it was sent.
+/// A proxy on loopback. `answer` is its status line for every `CONNECT` and every request it
+/// is handed, or `None` to serve them (on loopback, whatever the host: a tunnel to the port
+/// asked for, a request passed on as it came) when the credentials are right, and to answer 407
+/// when they are not. It keeps the head of each `CONNECT` and request it was sent.
 struct Proxy {
     addr: SocketAddr,
     heads: Arc<Mutex<Vec<String>>>,
@@ -64,39 +66,77 @@ async fn serve(
     }
     let head = String::from_utf8_lossy(&head).into_owned();
     heads.lock().unwrap().push(head.clone());
-    let authorized = head.contains(&format!("\r\nProxy-Authorization: {BASIC}\r\n"));
-    let status = match answer {
-        Some(status) => status,
-        None if !authorized => "407 Proxy Authentication Required",
-        None => "200 Connection established",
+    let authorized = head.to_ascii_lowercase().contains(&format!(
+        "\r\nproxy-authorization: {}\r\n",
+        BASIC.to_ascii_lowercase()
+    ));
+    let tunnel = head.starts_with("CONNECT ");
+    let refusal = match answer {
+        Some(status) => Some(status),
+        None if !authorized => Some("407 Proxy Authentication Required"),
+        None => None,
     };
-    client
-        .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
-        .await?;
-    if !status.starts_with("200") {
+    if let Some(status) = refusal {
+        client
+            .write_all(format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").as_bytes())
+            .await?;
         return Ok(());
     }
+    // `CONNECT host:port`, or `POST http://host:port/path`.
     let port = head
         .split_whitespace()
         .nth(1)
-        .and_then(|target| target.rsplit_once(':'))
+        .map(|target| target.trim_start_matches("http://"))
+        .and_then(|target| target.split('/').next())
+        .and_then(|authority| authority.rsplit_once(':'))
         .and_then(|(_, port)| port.parse::<u16>().ok())
         .unwrap_or(0);
     let mut upstream = TcpStream::connect(("127.0.0.1", port)).await?;
+    if tunnel {
+        client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .await?;
+    } else {
+        upstream.write_all(head.as_bytes()).await?;
+    }
     tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
     Ok(())
 }
 
+/// How the primary is reached through the proxy.
+#[derive(Clone, Copy, Debug)]
+enum Via {
+    /// `https://provider.test:…`, a TLS server in front of the primary: a `CONNECT` tunnel.
+    Tunnel,
+    /// `http://provider.test:…`: the request itself, in absolute form.
+    Forward,
+}
+
 /// A route whose primary is `primary` under the name `provider.test` (which only the proxy
-/// resolves) and whose fallback is `fallback` on loopback, reached through `proxy`.
-fn through(proxy: &Proxy, primary: &Chaos, fallback: &Chaos) -> String {
-    let route = primary_then_fallback(primary, fallback, "").replacen(
-        &primary.openai_base_url(),
-        &format!("http://provider.test:{}/v1", primary.addr().port()),
-        1,
-    );
+/// resolves), reached through `proxy` `via` a tunnel or by forwarding, and whose fallback is
+/// `fallback` on loopback.
+async fn through(proxy: &Proxy, via: Via, primary: &Chaos, fallback: &Chaos) -> String {
+    let (base, trust) = match via {
+        Via::Tunnel => {
+            let front = tls_front(primary.addr(), Handshake::Accepted).await;
+            let ca = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../runtime/src/http/h1/testdata/ca.crt"
+            );
+            (
+                format!("https://provider.test:{}/v1", front.port()),
+                format!("upstream_ca_file = \"{ca}\"\n"),
+            )
+        }
+        Via::Forward => (
+            format!("http://provider.test:{}/v1", primary.addr().port()),
+            String::new(),
+        ),
+    };
+    let route =
+        primary_then_fallback(primary, fallback, "").replacen(&primary.openai_base_url(), &base, 1);
     format!(
-        "upstream_proxy = \"http://{USER}:{PASSWORD}@{}\"\n{route}",
+        "{trust}upstream_proxy = \"http://{USER}:{PASSWORD}@{}\"\n{route}",
         proxy.addr
     )
 }
@@ -108,11 +148,15 @@ fn never_shows_the_password(g: &Running) {
 }
 
 #[tokio::test]
-async fn an_upstream_is_reached_through_the_proxy_with_its_credentials() {
+async fn an_https_upstream_is_reached_through_a_tunnel_that_learns_host_and_port_only() {
     let primary = chaos("ok, ok").await;
     let fallback = chaos("ok").await;
     let proxy = Proxy::start(None).await;
-    let g = gateway(&through(&proxy, &primary, &fallback), &primary).await;
+    let g = gateway(
+        &through(&proxy, Via::Tunnel, &primary, &fallback).await,
+        &primary,
+    )
+    .await;
     for stream in [false, true] {
         let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
@@ -120,10 +164,11 @@ async fn an_upstream_is_reached_through_the_proxy_with_its_credentials() {
     }
     assert_eq!(primary.attempts("default"), 2);
     assert_eq!(fallback.attempts("default"), 0);
-    let target = format!("provider.test:{}", primary.addr().port());
     let heads = proxy.heads();
     assert!(!heads.is_empty(), "the proxy carried the requests");
     for head in &heads {
+        let target = head.split_whitespace().nth(1).unwrap_or("");
+        assert!(target.starts_with("provider.test:"), "{head}");
         assert_eq!(
             *head,
             format!(
@@ -136,56 +181,114 @@ async fn an_upstream_is_reached_through_the_proxy_with_its_credentials() {
     never_shows_the_password(&g);
 }
 
-/// A proxy that wants other credentials (407, or 401 as tinyproxy answers), or whose policy
-/// forbids the host (403): a retry
-/// meets the same answer, so the fallback serves at once, with no wait; the fallback, on
-/// loopback, is reached directly.
+/// A plain `http://` upstream: the proxy is handed each request in absolute form with its
+/// credentials, as curl does (squid and tinyproxy allow `CONNECT` to port 443 only by
+/// default, so a tunnel to a model server's own port would be refused).
+#[tokio::test]
+async fn an_http_upstream_is_reached_by_handing_the_proxy_the_request() {
+    let primary = chaos("ok, ok").await;
+    let fallback = chaos("ok").await;
+    let proxy = Proxy::start(None).await;
+    let g = gateway(
+        &through(&proxy, Via::Forward, &primary, &fallback).await,
+        &primary,
+    )
+    .await;
+    for stream in [false, true] {
+        let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-rebound-candidate"), "primary");
+    }
+    assert_eq!(primary.attempts("default"), 2);
+    assert_eq!(fallback.attempts("default"), 0);
+    let heads = proxy.heads();
+    assert!(!heads.is_empty(), "the proxy carried the requests");
+    let target = format!(
+        "POST http://provider.test:{}/v1/chat/completions HTTP/1.1\r\n",
+        primary.addr().port()
+    );
+    for head in &heads {
+        assert!(head.starts_with(&target), "{head}");
+        assert!(
+            head.to_ascii_lowercase().contains(&format!(
+                "\r\nproxy-authorization: {}\r\n",
+                BASIC.to_ascii_lowercase()
+            )),
+            "{head}"
+        );
+    }
+    never_shows_the_password(&g);
+}
+
+/// A proxy that wants other credentials (407, or 401 as tinyproxy answers to `CONNECT`), or
+/// whose policy forbids the host (403): a retry meets the same answer, so the fallback serves
+/// at once, with no wait; the fallback, on loopback, is reached directly. Handed a plain
+/// request, the proxy's 407 is read as its refusal (only a proxy answers 407); its 403 may be
+/// the provider's own and is read as an answer, which also sends the request on at once.
 #[tokio::test]
 async fn a_proxy_that_refuses_for_credentials_or_policy_sends_the_request_to_the_fallback_at_once()
 {
-    for (answer, says) in [
+    for (via, answer, says) in [
         (
+            Via::Tunnel,
             "407 Proxy Authentication Required",
             " code=provider_config class=hard rule=transport.proxy_wants_credentials ",
         ),
         (
+            Via::Tunnel,
             "401 Unauthorized",
             " code=provider_config class=hard rule=transport.proxy_wants_credentials ",
         ),
         (
+            Via::Tunnel,
             "403 Forbidden",
             " code=permission_denied class=hard rule=transport.proxy_forbids_host ",
+        ),
+        (
+            Via::Forward,
+            "407 Proxy Authentication Required",
+            " code=provider_config class=hard rule=transport.proxy_wants_credentials ",
+        ),
+        (
+            Via::Forward,
+            "403 Forbidden",
+            " code=permission_denied class=hard ",
         ),
     ] {
         let primary = chaos("ok").await;
         let fallback = chaos("ok").await;
         let proxy = Proxy::start(Some(answer)).await;
-        let g = gateway(&through(&proxy, &primary, &fallback), &primary).await;
+        let g = gateway(&through(&proxy, via, &primary, &fallback).await, &primary).await;
         fallback_at_once(&g, says).await;
         assert_eq!(primary.attempts("default"), 0);
-        assert_eq!(proxy.heads().len(), 1, "{answer}: the fallback went direct");
+        assert_eq!(
+            proxy.heads().len(),
+            1,
+            "{via:?} {answer}: the fallback went direct"
+        );
         never_shows_the_password(&g);
     }
 }
 
-/// A proxy that could not reach the host (its 502 to `CONNECT`) is the proxy's outage, not
-/// the provider's answer: retried as a connection that could not be made, then the fallback.
+/// A proxy that could not reach the host (its 502) is retried, then the fallback: to
+/// `CONNECT` it is the proxy's outage, read as a connection that could not be made; to a
+/// request it was handed it may be the provider's 502, read as one.
 #[tokio::test]
-async fn a_proxy_that_cannot_reach_the_host_is_retried_as_a_refused_connection() {
-    let primary = chaos("ok").await;
-    let fallback = chaos("ok").await;
-    let proxy = Proxy::start(Some("502 Bad Gateway")).await;
-    let g = gateway(&through(&proxy, &primary, &fallback), &primary).await;
-    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
-    let lines = attempt_lines(&g, "primary");
-    assert!(lines.len() > 1, "retried: {lines:?}");
-    assert!(
-        lines
-            .iter()
-            .all(|l| l.contains(" code=connection_refused class=transient ")),
-        "{lines:?}"
-    );
-    assert_eq!(proxy.heads().len(), lines.len());
+async fn a_proxy_that_cannot_reach_the_host_is_retried() {
+    for (via, says) in [
+        (Via::Tunnel, " code=connection_refused class=transient "),
+        (Via::Forward, " code=bad_gateway class=transient "),
+    ] {
+        let primary = chaos("ok").await;
+        let fallback = chaos("ok").await;
+        let proxy = Proxy::start(Some("502 Bad Gateway")).await;
+        let g = gateway(&through(&proxy, via, &primary, &fallback).await, &primary).await;
+        let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+        let lines = attempt_lines(&g, "primary");
+        assert!(lines.len() > 1, "{via:?} retried: {lines:?}");
+        assert!(lines.iter().all(|l| l.contains(says)), "{via:?} {lines:?}");
+        assert_eq!(proxy.heads().len(), lines.len());
+    }
 }

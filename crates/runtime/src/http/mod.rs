@@ -110,12 +110,12 @@ impl HttpClient {
         extra: &ExtraRoots,
         proxies: &Proxies,
     ) -> Result<Self, rustls::Error> {
-        let tcp = || {
+        let tcp = |forwards| {
             let mut http = HttpConnector::new();
             http.enforce_http(false);
             http.set_nodelay(true);
             http.set_connect_timeout(Some(timeouts.connect));
-            proxy::Connector::new(http, proxies.clone(), timeouts.connect)
+            proxy::Connector::new(http, proxies.clone(), timeouts.connect, forwards)
         };
         let roots = extra.with_public_roots();
         let tls = || {
@@ -132,8 +132,9 @@ impl HttpClient {
             )
         };
         let http1 = h1::Client::new(
-            tls()?.enable_http1().wrap_connector(tcp()),
+            tls()?.enable_http1().wrap_connector(tcp(true)),
             POOL_IDLE_TIMEOUT,
+            proxies.clone(),
         );
         let http2 = Client::builder(TokioExecutor::new())
             .retry_canceled_requests(false)
@@ -144,7 +145,7 @@ impl HttpClient {
             .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
             .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
             .http2_keep_alive_while_idle(true)
-            .build(tls()?.enable_http2().wrap_connector(tcp()));
+            .build(tls()?.enable_http2().wrap_connector(tcp(false)));
         Ok(HttpClient {
             http1,
             http2,

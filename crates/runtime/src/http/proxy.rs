@@ -5,9 +5,12 @@
 //!
 //! Which upstream goes through which proxy is hyper-util's matcher (curl's rules). An upstream
 //! on the loopback interface never does: a proxy's loopback is not this machine's. Through an
-//! HTTP proxy the connection is a `CONNECT` tunnel, for `https://` and `http://` upstreams
-//! alike, so the proxy sees the host and port and nothing of the request; through a SOCKS5
-//! proxy it is hyper-util's SOCKS5 handshake.
+//! HTTP proxy an `https://` upstream is reached by a `CONNECT` tunnel, so the proxy sees the
+//! host and port and nothing of the request (TLS runs end to end). A plain `http://` request
+//! over HTTP/1.1 is sent to the proxy itself, its target in absolute form
+//! (`POST http://host:port/path`), as curl and the HTTP libraries do: proxies commonly allow
+//! `CONNECT` to port 443 only (squid's and tinyproxy's defaults), and a plain request hides
+//! nothing from them anyway. Through a SOCKS5 proxy it is hyper-util's SOCKS5 handshake.
 //!
 //! The tunnel's `CONNECT` is sent here rather than by hyper-util's `Tunnel`, which reports a
 //! refusal without its status: a proxy's 403 (its policy forbids the host) and 407 (it wants
@@ -22,12 +25,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{HeaderValue, Uri};
+use http::uri::Scheme;
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::proxy::SocksV5;
 use hyper_util::client::proxy::matcher::Matcher;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tower_service::Service;
 
@@ -152,6 +155,22 @@ impl Proxies {
         &self.described
     }
 
+    /// The HTTP proxy a plain `http://` request to `dst` is handed to, in absolute form, if
+    /// one is to be used (over HTTP/1.1; an `https://` upstream, or one behind a SOCKS5 proxy,
+    /// is reached through a tunnel instead).
+    pub(crate) fn forward(&self, dst: &Uri) -> Option<Forward> {
+        if dst.scheme() != Some(&Scheme::HTTP) {
+            return None;
+        }
+        match self.route(dst)? {
+            Route::Tunnel { proxy, auth } => Some(Forward {
+                proxy: shown(&proxy),
+                auth,
+            }),
+            Route::Socks { .. } => None,
+        }
+    }
+
     /// The proxy for `dst`, if one is to be used.
     fn route(&self, dst: &Uri) -> Option<Route> {
         let host = dst.host()?;
@@ -248,6 +267,53 @@ fn is_loopback(host: &str) -> bool {
         || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// A plain `http://` request handed to an HTTP proxy.
+pub(crate) struct Forward {
+    /// The proxy, as shown in messages.
+    pub(crate) proxy: String,
+    /// Its `Proxy-Authorization`, sent with each request.
+    pub(crate) auth: Option<HeaderValue>,
+}
+
+impl Forward {
+    /// The proxy's own refusal of a request it was handed, as text for recovery, or `None`
+    /// for an answer that may be the provider's. Only a proxy answers 407; a 401 is the
+    /// proxy's when it names itself as the server (tinyproxy answers 401 for wrong proxy
+    /// credentials), and the provider's otherwise.
+    pub(crate) fn refused(
+        &self,
+        dst: &Uri,
+        status: StatusCode,
+        headers: &HeaderMap,
+    ) -> Option<String> {
+        let own = match status {
+            StatusCode::PROXY_AUTHENTICATION_REQUIRED => true,
+            StatusCode::UNAUTHORIZED => headers
+                .get(http::header::SERVER)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|server| {
+                    let server = server.trim_start().to_ascii_lowercase();
+                    PROXY_SERVERS.iter().any(|name| server.starts_with(name))
+                }),
+            _ => false,
+        };
+        own.then(|| {
+            Refused {
+                proxy: self.proxy.clone(),
+                target: target(dst),
+                status: status.as_u16(),
+                reason: status.canonical_reason().unwrap_or("").to_owned(),
+                forwarded: true,
+            }
+            .to_string()
+        })
+    }
+}
+
+/// The `Server` names of HTTP proxies, as they send it: an answer that carries one is the
+/// proxy's own.
+const PROXY_SERVERS: [&str; 2] = ["tinyproxy", "squid"];
+
 /// How one connection reaches its upstream through a proxy.
 enum Route {
     Tunnel {
@@ -269,6 +335,10 @@ pub(crate) struct Connector {
     /// How long a proxy may take to open the way (its `CONNECT` answer, its SOCKS handshake):
     /// the connect timeout, as it is part of connecting.
     handshake: Duration,
+    /// Whether a plain `http://` upstream's connection is one to its HTTP proxy, to be handed
+    /// requests in absolute form (HTTP/1.1), rather than a tunnel (HTTP/2, which no proxy
+    /// forwards in the clear).
+    forwards: bool,
 }
 
 impl std::fmt::Debug for Connector {
@@ -280,11 +350,17 @@ impl std::fmt::Debug for Connector {
 }
 
 impl Connector {
-    pub(crate) fn new(tcp: HttpConnector, proxies: Proxies, handshake: Duration) -> Self {
+    pub(crate) fn new(
+        tcp: HttpConnector,
+        proxies: Proxies,
+        handshake: Duration,
+        forwards: bool,
+    ) -> Self {
         Connector {
             tcp,
             proxies,
             handshake,
+            forwards,
         }
     }
 }
@@ -303,6 +379,19 @@ impl Service<Uri> for Connector {
         let handshake = self.handshake;
         match self.proxies.route(&dst) {
             None => Box::pin(async move { tcp.call(dst).await.map_err(Into::into) }),
+            Some(Route::Tunnel { proxy, .. })
+                if self.forwards && dst.scheme() == Some(&Scheme::HTTP) =>
+            {
+                Box::pin(async move {
+                    let shown = shown(&proxy);
+                    tcp.call(proxy).await.map_err(|e| -> BoxError {
+                        Box::new(Unreached {
+                            proxy: shown,
+                            cause: e.into(),
+                        })
+                    })
+                })
+            }
             Some(Route::Tunnel { proxy, auth }) => Box::pin(async move {
                 let shown = shown(&proxy);
                 let stream = tcp.call(proxy).await.map_err(|e| Unreached {
@@ -402,112 +491,9 @@ impl StdError for Unreached {
     }
 }
 
-/// The proxy answered the `CONNECT` with something other than 200.
-#[derive(Debug)]
-struct Refused {
-    proxy: String,
-    target: String,
-    status: u16,
-    reason: String,
-}
+mod tunnel;
 
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the proxy {} refused the tunnel to {}: CONNECT answered {} {}",
-            self.proxy, self.target, self.status, self.reason
-        )?;
-        match self.status {
-            401 | 407 => f.write_str(" (the proxy wants credentials, or other ones: put them in its URL, http://user:password@host:port)"),
-            403 => f.write_str(" (the proxy's policy does not allow this host or port)"),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl StdError for Refused {}
-
-/// The longest answer to a `CONNECT` read: a status line and headers.
-const MAX_CONNECT_ANSWER: usize = 8 * 1024;
-
-/// Opens a `CONNECT` tunnel to `dst` over `stream`, a connection to the proxy.
-async fn tunnel(
-    stream: TokioIo<TcpStream>,
-    dst: &Uri,
-    auth: Option<&HeaderValue>,
-    proxy: &str,
-) -> Result<TokioIo<TcpStream>, BoxError> {
-    let mut stream = stream.into_inner();
-    let host = dst.host().ok_or("the upstream URL names no host")?;
-    let port = dst
-        .port_u16()
-        .unwrap_or(if dst.scheme_str() == Some("http") {
-            80
-        } else {
-            443
-        });
-    // An IPv6 host comes bracketed (`[::1]`), as `CONNECT` wants it.
-    let target = format!("{host}:{port}");
-    let mut head = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n").into_bytes();
-    if let Some(auth) = auth {
-        head.extend_from_slice(b"Proxy-Authorization: ");
-        head.extend_from_slice(auth.as_bytes());
-        head.extend_from_slice(b"\r\n");
-    }
-    head.extend_from_slice(b"\r\n");
-    let unreached = |cause: BoxError| -> BoxError {
-        Box::new(Unreached {
-            proxy: proxy.to_owned(),
-            cause,
-        })
-    };
-    stream
-        .write_all(&head)
-        .await
-        .map_err(|e| unreached(e.into()))?;
-    let mut answer = Vec::with_capacity(512);
-    loop {
-        let mut chunk = [0u8; 1024];
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| unreached(e.into()))?;
-        if n == 0 {
-            return Err(unreached(
-                "the proxy closed the connection before answering CONNECT".into(),
-            ));
-        }
-        answer.extend_from_slice(&chunk[..n]);
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut response = httparse::Response::new(&mut headers);
-        match response.parse(&answer) {
-            Ok(httparse::Status::Complete(_)) => {
-                let status = response.code.unwrap_or(0);
-                if (200..300).contains(&status) {
-                    return Ok(TokioIo::new(stream));
-                }
-                return Err(Box::new(Refused {
-                    proxy: proxy.to_owned(),
-                    target,
-                    status,
-                    reason: response.reason.unwrap_or("").to_owned(),
-                }));
-            }
-            Ok(httparse::Status::Partial) if answer.len() < MAX_CONNECT_ANSWER => {}
-            Ok(httparse::Status::Partial) => {
-                return Err(unreached(
-                    "the proxy's answer to CONNECT is longer than 8 KiB".into(),
-                ));
-            }
-            Err(e) => {
-                return Err(unreached(
-                    format!("the proxy's answer to CONNECT is no HTTP ({e})").into(),
-                ));
-            }
-        }
-    }
-}
+use self::tunnel::{Refused, target, tunnel};
 
 #[cfg(test)]
 mod tests;

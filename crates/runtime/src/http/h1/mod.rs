@@ -31,6 +31,7 @@ use tokio::net::TcpStream;
 use tower_service::Service;
 
 use self::pool::{Key, Pool};
+use super::proxy::Proxies;
 use super::{TransportFailure, body_failure, classify_connect, error_chain};
 
 /// The largest response head (status line and headers), and the largest trailer section.
@@ -218,12 +219,16 @@ pub(crate) struct Client {
     connector: HttpsConnector<super::proxy::Connector>,
     builder: http1::Builder,
     pool: Arc<Pool>,
+    /// The connector's proxies: a plain `http://` request it hands to an HTTP proxy goes in
+    /// absolute form, with the proxy's credentials.
+    proxies: Proxies,
 }
 
 impl Client {
     pub(crate) fn new(
         connector: HttpsConnector<super::proxy::Connector>,
         idle_timeout: Duration,
+        proxies: Proxies,
     ) -> Self {
         let mut builder = http1::Builder::new();
         builder
@@ -235,6 +240,7 @@ impl Client {
             connector,
             builder,
             pool: Arc::new(Pool::new(idle_timeout)),
+            proxies,
         }
     }
 
@@ -310,9 +316,22 @@ impl Client {
                 .headers
                 .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         }
-        // hyper writes the target as given: origin form.
-        if let Some(target) = uri.path_and_query() {
-            parts.uri = Uri::from(target.clone());
+        // hyper writes the target as given: origin form, or absolute form to a proxy.
+        let forward = self.proxies.forward(&uri);
+        match &forward {
+            Some(forward) => {
+                parts.uri = uri.clone();
+                if let Some(auth) = &forward.auth {
+                    parts
+                        .headers
+                        .insert(header::PROXY_AUTHORIZATION, auth.clone());
+                }
+            }
+            None => {
+                if let Some(target) = uri.path_and_query() {
+                    parts.uri = Uri::from(target.clone());
+                }
+            }
         }
         let mut conn = match self.checkout(&key).await {
             Some(conn) => conn,
@@ -321,6 +340,14 @@ impl Client {
         let response = conn
             .exchange(Request::from_parts(parts, Full::new(body)))
             .await?;
+        if let Some(message) =
+            forward.and_then(|f| f.refused(&uri, response.status(), response.headers()))
+        {
+            return Err(TransportFailure {
+                kind: TransportKind::ConnectionRefused,
+                message,
+            });
+        }
         let (parts, incoming) = response.into_parts();
         let body = Body {
             open: Some(Open {

@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tower_service::Service;
 
 use super::{Connector, Proxies, Route};
-use crate::http::{TransportKind, classify_connect, error_chain};
+use crate::http::{ExtraRoots, HttpClient, Timeouts, TransportKind, classify_connect, error_chain};
 
 fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
     let map: HashMap<String, String> = pairs
@@ -184,6 +184,7 @@ fn connector(proxy_url: &str) -> Connector {
         HttpConnector::new(),
         Proxies::fixed(proxy_url, None).unwrap(),
         Duration::from_secs(10),
+        true,
     )
 }
 
@@ -364,6 +365,7 @@ async fn a_proxy_that_never_answers_is_a_connect_timeout_naming_the_proxy() {
             HttpConnector::new(),
             Proxies::fixed(&format!("{scheme}://127.0.0.1:{port}"), None).unwrap(),
             Duration::from_millis(200),
+            false,
         )
         .call("https://api.openai.com/".parse().unwrap());
         // Without the bound the call never ends: the test fails here instead of hanging.
@@ -395,5 +397,145 @@ async fn an_ipv6_upstream_is_asked_for_in_brackets() {
     assert!(
         head.starts_with("CONNECT [2001:db8::7]:8443 HTTP/1.1\r\nHost: [2001:db8::7]:8443\r\n"),
         "{head}"
+    );
+}
+
+/// A proxy on loopback that reads one request head and answers `answer`. Returns its port and
+/// the head.
+async fn forwarding_proxy(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            assert_eq!(socket.read(&mut byte).await.unwrap(), 1);
+            head.push(byte[0]);
+        }
+        socket.write_all(answer.as_bytes()).await.unwrap();
+        String::from_utf8(head).unwrap()
+    });
+    (port, served)
+}
+
+/// The shared client, reaching every upstream through the HTTP proxy on `port`.
+fn client_through(port: u16) -> HttpClient {
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(10),
+        ..Timeouts::default()
+    };
+    let proxies = Proxies::fixed(&format!("http://alice:pw@127.0.0.1:{port}"), None).unwrap();
+    HttpClient::configured(timeouts, &ExtraRoots::default(), &proxies).unwrap()
+}
+
+fn get(url: &str) -> http::Request<bytes::Bytes> {
+    http::Request::get(url).body(bytes::Bytes::new()).unwrap()
+}
+
+/// A plain `http://` upstream's request is handed to the proxy in absolute form, with the
+/// proxy's credentials, as curl does: squid and tinyproxy allow `CONNECT` to port 443 only by
+/// default, so a tunnel to a local model server's port 8000 would be refused.
+#[tokio::test]
+async fn a_plain_http_request_goes_to_the_proxy_in_absolute_form_with_its_credentials() {
+    let (port, served) = forwarding_proxy("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let response = client_through(port)
+        .send(get("http://models.internal:8000/v1/models?x=1"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let head = served.await.unwrap().to_ascii_lowercase();
+    assert!(
+        head.starts_with("get http://models.internal:8000/v1/models?x=1 http/1.1\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\nproxy-authorization: basic ywxpy2u6chc=\r\n"),
+        "{head}"
+    );
+    assert!(
+        head.contains("\r\nhost: models.internal:8000\r\n"),
+        "{head}"
+    );
+}
+
+/// Only a proxy answers 407: to a request it was handed, it is the proxy's refusal (read as
+/// its refusal of a tunnel is, by the proxy rules), never the provider's answer; so is a 401
+/// whose server names a proxy. Its other answers (a 401 without that name, a 403) may be the
+/// provider's, relayed, and come back as answers.
+#[tokio::test]
+async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_answers() {
+    let (port, served) = forwarding_proxy(
+        "HTTP/1.1 407 Proxy Authentication Required\r\nproxy-authenticate: Basic\r\n\
+         content-length: 0\r\n\r\n",
+    )
+    .await;
+    let e = client_through(port)
+        .send(get("http://models.internal:8000/v1/models"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, TransportKind::ConnectionRefused);
+    assert_eq!(
+        e.message,
+        format!(
+            "the proxy http://127.0.0.1:{port} refused the request to models.internal:8000: \
+             answered 407 Proxy Authentication Required (the proxy wants credentials, or other \
+             ones: put them in its URL, http://user:password@host:port)"
+        )
+    );
+    served.await.unwrap();
+    // tinyproxy's 401 for wrong credentials names it; a 401 that does not is the provider's.
+    let (port, served) = forwarding_proxy(
+        "HTTP/1.0 401 Unauthorized\r\nServer: tinyproxy/1.11.1\r\n\
+         WWW-Authenticate: Basic realm=\"Tinyproxy\"\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    let e = client_through(port)
+        .send(get("http://models.internal:8000/v1/models"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("refused the request to models.internal:8000: answered 401 Unauthorized (the proxy wants credentials"),
+        "{}",
+        e.message
+    );
+    served.await.unwrap();
+    for answer in [
+        "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n",
+        "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n",
+    ] {
+        let (port, served) = forwarding_proxy(answer).await;
+        let response = client_through(port)
+            .send(get("http://models.internal:8000/v1/models"))
+            .await
+            .unwrap();
+        assert_eq!(
+            response.status().as_u16(),
+            answer[9..12].parse::<u16>().unwrap()
+        );
+        served.await.unwrap();
+    }
+}
+
+/// An `https://` upstream is still reached through a tunnel by the same client: the proxy
+/// learns its host and port and nothing of the request.
+#[tokio::test]
+async fn an_https_request_through_the_same_client_still_tunnels() {
+    let (port, served) =
+        forwarding_proxy("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n").await;
+    let e = client_through(port)
+        .send(get("https://api.openai.com/v1/models"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.message.contains("CONNECT answered 403 Forbidden"),
+        "{}",
+        e.message
+    );
+    assert!(
+        served
+            .await
+            .unwrap()
+            .starts_with("CONNECT api.openai.com:443 HTTP/1.1\r\n")
     );
 }

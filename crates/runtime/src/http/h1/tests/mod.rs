@@ -190,8 +190,13 @@ fn client() -> Client {
             tcp,
             crate::http::Proxies::none(),
             Duration::from_secs(10),
+            true,
         ));
-    Client::new(connector, Duration::from_secs(90))
+    Client::new(
+        connector,
+        Duration::from_secs(90),
+        crate::http::Proxies::none(),
+    )
 }
 
 fn post(url: &str, body: &'static [u8]) -> Request<Bytes> {
