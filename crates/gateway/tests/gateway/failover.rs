@@ -273,6 +273,27 @@ async fn an_https_url_on_a_plain_http_port_goes_to_the_fallback_at_once() {
     assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
 }
 
+/// The reverse: an http:// base URL on a TLS port. The TLS server answers the plain request
+/// with an alert, which hyper reads as no HTTP version; a retry meets the same port, so the
+/// fallback serves at once, with no wait, where it had been retried as a reset connection.
+#[tokio::test]
+async fn an_http_url_on_a_tls_port_goes_to_the_fallback_at_once() {
+    let fallback = chaos("ok").await;
+    let front = tls_front(fallback.addr(), Handshake::Accepted).await;
+    let text = two_candidates(&fallback, &fallback).replacen(
+        &fallback.openai_base_url(),
+        &format!("http://{front}/v1"),
+        1,
+    );
+    let g = gateway(&text, &fallback).await;
+    fallback_at_once(
+        &g,
+        " code=provider_config class=hard rule=rust.hyper_not_http_answer ",
+    )
+    .await;
+    assert_eq!(fallback.attempts("default"), 1, "only the fallback's");
+}
+
 /// Alone on its route, the same candidate fails the request at once, with an error that says
 /// what to fix, instead of ten retries of a handshake that cannot succeed.
 #[tokio::test]

@@ -196,7 +196,10 @@ fn request_failure(e: &hyper::Error, ended: &Option<Result<(), hyper::Error>>) -
         Some(Err(conn)) if e.is_canceled() => conn,
         _ => e,
     };
-    let message = error_chain(e);
+    let mut message = error_chain(e);
+    if e.is_parse() && message.contains(NO_HTTP_VERSION) {
+        message = format!("{NOT_HTTP} ({message})");
+    }
     let kind = if e.is_timeout() {
         TransportKind::Timeout
     } else {
@@ -205,6 +208,14 @@ fn request_failure(e: &hyper::Error, ended: &Option<Result<(), hyper::Error>>) -
     };
     TransportFailure { kind, message }
 }
+
+/// hyper's words for an answer whose first bytes are no `HTTP/1.x` status line.
+const NO_HTTP_VERSION: &str = "invalid HTTP version parsed";
+
+/// What a person reads for it: most often a TLS server's alert to a plain request (the base
+/// URL says http:// for a port that speaks TLS), or an HTTP/2-only server's first frame. hyper's
+/// own words stay in the message, which the catalogue reads (`rust.hyper_not_http_answer`).
+const NOT_HTTP: &str = "the upstream did not answer in HTTP/1.1: its base URL says http:// for a port that speaks TLS, or HTTP/2 only?";
 
 fn reset(message: String) -> TransportFailure {
     TransportFailure {
