@@ -26,6 +26,8 @@ import tempfile
 import time
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from install import InstallError, install  # noqa: E402
 import agent_run  # noqa: E402
@@ -364,9 +366,11 @@ def official_sdk(clients, which, key, gateway=GATEWAY, model=None):
 def gateway_attempts(candidates):
     """rebound's attempts so far on these candidates of the main gateway."""
     with urllib.request.urlopen(f"{GATEWAY}/metrics") as r:
-        lines = r.read().decode().splitlines()
-    heads = [f'rebound_attempts_total{{candidate="{c}"}} ' for c in candidates]
-    return sum(float(x[len(h):]) for x in lines for h in heads if x.startswith(h))
+        families = text_string_to_metric_families(r.read().decode())
+    return sum(
+        s.value for family in families for s in family.samples
+        if s.name == "rebound_attempts_total" and s.labels.get("candidate") in candidates
+    )
 
 
 def tried_once(client, candidates):

@@ -17,6 +17,7 @@ import urllib.request
 
 import anthropic
 import openai
+from prometheus_client.parser import text_string_to_metric_families
 
 REBOUND = sys.argv[1] if len(sys.argv) > 1 else "target/debug/rebound"
 
@@ -238,9 +239,10 @@ check(
 
 
 def metric(port, name):
+    """The sum of the samples named `name`, every label set, in the gateway's /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics") as r:
-        lines = r.read().decode().splitlines()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name))
+        families = text_string_to_metric_families(r.read().decode())
+    return sum(s.value for family in families for s in family.samples if s.name == name)
 
 
 def openai_https_on_plain_port(h):
