@@ -79,6 +79,7 @@ async fn take_step(
     };
     match base {
         Step::Reset => return Err(Err(ResetByScript)),
+        Step::Page => return Err(Ok(sign_in_page())),
         Step::Status {
             status,
             context,
@@ -110,6 +111,13 @@ async fn take_step(
         fault => taken.fault = Some(fault.clone()),
     }
     Ok(taken)
+}
+
+/// A network's sign-in page, as a captive portal answers any request.
+fn sign_in_page() -> Response<Body> {
+    const PAGE: &str = "<!DOCTYPE html>\n<html><head><title>Sign in to continue</title></head>\n\
+        <body><h1>Sign in to continue</h1><p>Accept the terms to use this network.</p></body></html>\n";
+    stream::full(StatusCode::OK, "text/html; charset=utf-8", PAGE)
 }
 
 /// A whole (non-streaming) answer under a stream fault: an in-stream error becomes the
@@ -328,7 +336,7 @@ impl Counted<'_> {
             );
             seen = Some(created);
         }
-        if !streaming {
+        if !streaming || taken.fault == Some(Step::Unstreamed) {
             let body = match (background, seen) {
                 (true, Some(queued)) => queued,
                 _ => body,

@@ -30,6 +30,13 @@ pub enum Step {
     },
     /// Close the connection before any response byte.
     Reset,
+    /// Answer 200 with a web page (`text/html`, a network's sign-in page) in place of the
+    /// API's answer: a base URL that names a website, or a captive portal.
+    Page,
+    /// Answer a stream request with the whole answer as one JSON body
+    /// (`application/json`), as a server that does not stream does; a request that does not
+    /// stream is answered as usual.
+    Unstreamed,
     /// Wait this long before the response headers.
     Stall(Duration),
     /// An outage: this request and every request of its key that arrives within this long
@@ -220,6 +227,8 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         "stall" => return Ok(Step::Stall(DEFAULT_STALL)),
         "thinking-only" => return Ok(Step::ThinkingOnly),
         "no-done" => return Ok(Step::NoDone),
+        "page" => return Ok(Step::Page),
+        "unstreamed" => return Ok(Step::Unstreamed),
         _ => {}
     }
     if let Some(ms) = step.strip_prefix("stall:") {
@@ -252,7 +261,7 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         return parse_count(rest).map(Step::MalformedEventAt);
     }
     Err(
-        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done or thinking-only"
+        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done, thinking-only, page or unstreamed"
             .to_owned(),
     )
 }
@@ -327,6 +336,8 @@ impl fmt::Display for Step {
                 headers.iter().try_for_each(|(n, v)| write!(f, "+{n}:{v}"))
             }
             Step::Reset => f.write_str("reset"),
+            Step::Page => f.write_str("page"),
+            Step::Unstreamed => f.write_str("unstreamed"),
             Step::Stall(d) => write!(f, "stall:{}", d.as_millis()),
             Step::Down(d) => write!(f, "down:{}", d.as_millis()),
             Step::CutAfter(n) => write!(f, "cut-after-{n}-chunks"),
@@ -417,6 +428,8 @@ mod tests {
             Ok(Step::MalformedEventAt(2))
         );
         assert_eq!(parse_step("no-done"), Ok(Step::NoDone));
+        assert_eq!(parse_step("page"), Ok(Step::Page));
+        assert_eq!(parse_step("unstreamed"), Ok(Step::Unstreamed));
         assert_eq!(
             parse_step("down:5000"),
             Ok(Step::Down(Duration::from_secs(5)))

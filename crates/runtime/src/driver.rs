@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::attempt::{Attempted, ErrorBody, Failed, read_error_body, response_evidence};
 use crate::event::{Event, EventSink, Outcome};
+use crate::foreign;
 use crate::http::{HttpClient, Timeouts};
 use crate::provider::{ModelResponse, Provider};
 use crate::reading::{Read, read_complete, read_stream};
@@ -257,6 +258,29 @@ impl Host for TurnHost<'_> {
             };
             return Attempted::Failed(Failed {
                 evidence: response_evidence(&provider.name, parts.status, &parts.headers, &bytes),
+                delivered: false,
+                safety: Safety::Replayable,
+                detail: (),
+            });
+        }
+        // A stream request answered with a page or one JSON body: no stream to read.
+        if let Some(foreign) = self
+            .stream
+            .then(|| foreign::stream_head(&parts.headers))
+            .flatten()
+        {
+            let bytes = match read_error_body(&mut body, idle, self.cancel.cancelled()).await {
+                ErrorBody::Read(bytes) => bytes,
+                ErrorBody::Cancelled => return Attempted::Ended,
+            };
+            return Attempted::Failed(Failed {
+                evidence: foreign::evidence(
+                    &provider.name,
+                    parts.status,
+                    &parts.headers,
+                    &bytes,
+                    foreign,
+                ),
                 delivered: false,
                 safety: Safety::Replayable,
                 detail: (),

@@ -72,6 +72,7 @@
 pub mod attempt;
 pub mod driver;
 pub mod event;
+pub mod foreign;
 pub mod health;
 pub mod http;
 pub mod provider;

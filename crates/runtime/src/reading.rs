@@ -81,16 +81,20 @@ pub(crate) async fn read_complete(
             },
             delivered: false,
         },
-        // A body that is not the protocol's JSON is a broken answer.
+        // A body that is not the protocol's JSON is a broken answer; a web page says so.
         Err(_) => Read::Failed {
             evidence: broken(
                 provider,
                 TransportKind::BodyDecode,
-                format!(
-                    "a {} answer whose body is not the protocol's JSON ({} bytes)",
-                    parts.status.as_u16(),
-                    bytes.len()
-                ),
+                if crate::foreign::is_page(&parts.headers, &bytes) {
+                    crate::foreign::page_message(parts.status, &bytes, "the protocol's JSON")
+                } else {
+                    format!(
+                        "a {} answer whose body is not the protocol's JSON ({} bytes)",
+                        parts.status.as_u16(),
+                        bytes.len()
+                    )
+                },
                 Phase::Setup,
             ),
             delivered: false,

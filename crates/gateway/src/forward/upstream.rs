@@ -8,6 +8,7 @@ use rebound_runtime::Attempted;
 use rebound_runtime::attempt::{
     ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
+use rebound_runtime::foreign;
 use rebound_runtime::http::{TransportFailure, read_whole};
 use rebound_runtime::provider::{AnswerError, answer_failure};
 
@@ -94,11 +95,26 @@ pub(super) async fn attempt(
     };
     let (parts, mut body) = response.into_parts();
     let idle = timeouts.idle;
-    if !parts.status.is_success() {
+    // A stream request answered with a page or one JSON body has no stream to relay.
+    let foreign = (parts.status.is_success() && request.stream)
+        .then(|| foreign::stream_head(&parts.headers))
+        .flatten();
+    if !parts.status.is_success() || foreign.is_some() {
         let bytes = match Box::pin(read_error_body(&mut body, idle, down.gone())).await {
             ErrorBody::Read(bytes) => bytes,
             ErrorBody::Cancelled => return Attempted::Ended,
         };
+        if let Some(foreign) = foreign {
+            // rebound's own terminal error, not the upstream's 200, if recovery stops.
+            let evidence = foreign::evidence(
+                &candidate.provider,
+                parts.status,
+                &parts.headers,
+                &bytes,
+                foreign,
+            );
+            return failure(evidence, false, false, Detail::default());
+        }
         let evidence = response_evidence(&candidate.provider, parts.status, &parts.headers, &bytes);
         let detail = Detail {
             upstream_error: Some((parts.status, bytes)),
@@ -123,15 +139,21 @@ pub(super) async fn attempt(
             Err(Some(failure)) => return transport_failure(candidate, failure),
         };
         // A success that is not JSON is a broken answer, not an answer: it has not reached
-        // the client yet, so it is retried like a cut body.
+        // the client yet, so it is retried like a cut body; a web page is said to be one
+        // (its base URL names no API, which no retry mends).
         if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
-            let failure = TransportFailure {
-                kind: TransportKind::BodyDecode,
-                message: format!(
+            let message = if foreign::is_page(&headers, &bytes) {
+                foreign::page_message(status, &bytes, "the API's JSON")
+            } else {
+                format!(
                     "a {} answer whose body is not JSON ({} bytes)",
                     status.as_u16(),
                     bytes.len()
-                ),
+                )
+            };
+            let failure = TransportFailure {
+                kind: TransportKind::BodyDecode,
+                message,
             };
             return transport_failure(candidate, failure);
         }

@@ -294,6 +294,77 @@ async fn an_http_url_on_a_tls_port_goes_to_the_fallback_at_once() {
     assert_eq!(fallback.attempts("default"), 1, "only the fallback's");
 }
 
+/// Sends a request that streams or not through a two-candidate route whose primary follows
+/// `script`, and checks the fallback served it after one attempt of the primary whose log line
+/// `says` this, with nothing waited.
+async fn fallback_at_once_for(script: &str, stream: bool, says: &str) {
+    let primary = chaos(script).await;
+    let fallback = chaos("ok").await;
+    let g = gateway(&two_candidates(&primary, &fallback), &primary).await;
+    let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
+    let lines = attempt_lines(&g, "primary");
+    assert_eq!(lines.len(), 1, "{script}, stream {stream}: {lines:?}");
+    assert!(lines[0].contains(says), "{lines:?}");
+    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+}
+
+/// A web page in place of the API's answer (a base URL that names a website or a web app's
+/// front end, a network's sign-in page) answers every retry the same: one attempt, then the
+/// fallback at once, for a stream as for a whole answer. It had been retried as a cut body,
+/// and a stream as a cut stream.
+#[tokio::test]
+async fn a_web_page_in_place_of_the_api_goes_to_the_fallback_at_once() {
+    for stream in [false, true] {
+        fallback_at_once_for(
+            "page",
+            stream,
+            " code=provider_config class=hard rule=transport.html_page_answer ",
+        )
+        .await;
+    }
+}
+
+/// A stream request answered with the whole answer as one JSON body (a server that does not
+/// stream): the candidate cannot serve the stream as configured, so the fallback serves it at
+/// once, where it had been retried as a cut stream.
+#[tokio::test]
+async fn a_whole_answer_to_a_stream_request_goes_to_the_fallback_at_once() {
+    fallback_at_once_for(
+        "unstreamed",
+        true,
+        " code=provider_config class=hard rule=transport.json_answer_to_stream ",
+    )
+    .await;
+}
+
+/// Alone on its route, the page fails the request at once with rebound's own 502, whose
+/// message names the page, never the upstream's 200.
+#[tokio::test]
+async fn a_web_page_alone_fails_at_once_and_says_what_came() {
+    let only = chaos("page, page").await;
+    let text = two_candidates(&only, &only).replace(
+        r#"candidates = ["primary", "fallback"]"#,
+        r#"candidates = ["primary"]"#,
+    );
+    let g = gateway(&text, &only).await;
+    for stream in [false, true] {
+        let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
+        assert!(
+            reply
+                .text()
+                .contains("a 200 answer that is an HTML page titled 'Sign in to continue', not"),
+            "{}",
+            reply.text()
+        );
+        if !stream {
+            assert_eq!(reply.status, 502, "{}", reply.text());
+        }
+    }
+    assert_eq!(only.attempts("default"), 2, "one attempt each");
+}
+
 /// Alone on its route, the same candidate fails the request at once, with an error that says
 /// what to fix, instead of ten retries of a handshake that cannot succeed.
 #[tokio::test]

@@ -153,6 +153,53 @@ async fn a_success_whose_body_is_not_json_is_replayed() {
     recovers("malformed-after-1, ok", Protocol::Anthropic, false, 2).await;
 }
 
+/// A web page where the answer was due (a website's base URL, a network's sign-in page), and
+/// one JSON body where a stream was asked for (a server that does not stream): each answers
+/// every retry the same, so one attempt, then one error that says what came (C5).
+#[tokio::test]
+async fn a_page_or_an_unstreamed_answer_stops_after_one_attempt_saying_what_came() {
+    for (script, stream, rule, says) in [
+        (
+            "page",
+            false,
+            "transport.html_page_answer",
+            "an HTML page titled 'Sign in to continue', not the protocol's JSON",
+        ),
+        (
+            "page",
+            true,
+            "transport.html_page_answer",
+            "an HTML page titled 'Sign in to continue', not an event stream",
+        ),
+        (
+            "unstreamed",
+            true,
+            "transport.json_answer_to_stream",
+            "one JSON body, not an event stream",
+        ),
+    ] {
+        let chaos = chaos(script).await;
+        let (runtime, time) = runtime(Policy::interactive(), timeouts());
+        let mut turn = runtime.session(vec![provider(&chaos, Protocol::OpenAi)]);
+        let (result, _) = run(&mut turn, &body("hi"), stream).await;
+        let Err(TurnError::Failed(d)) = result else {
+            panic!("{script} {stream}: {result:?}")
+        };
+        assert_eq!(
+            (d.class, d.rule_id.as_deref(), d.attempts),
+            ("hard", Some(rule), 1),
+            "{script} {stream}"
+        );
+        assert!(
+            d.error.as_deref().is_some_and(|e| e.contains(says)),
+            "{:?}",
+            d.error
+        );
+        assert_eq!(chaos.attempts("default"), 1);
+        assert_eq!(time.elapsed(), Duration::ZERO, "nothing was waited for");
+    }
+}
+
 #[tokio::test]
 async fn malformed_sse_is_replayed() {
     recovers("malformed-after-1, ok", Protocol::OpenAi, true, 2).await;

@@ -1,0 +1,226 @@
+//! A success in another format than the protocol's (C5): an HTML page where the API's JSON or
+//! event stream was expected (the base URL names a website, a web app's front end that answers
+//! every path, or a network's sign-in page), or one JSON body where a stream was asked for (an
+//! error written as a body rather than an event, or a server that does not stream).
+//!
+//! Read as a broken answer, such a success was retried like a cut body, minutes of waits on a
+//! page that answers the same every time. These give its evidence the words the catalogue reads
+//! (`transport.html_page_answer`, `transport.json_answer_to_stream`), and keep a JSON body's
+//! own error, if it holds one, for the rules that know it.
+
+use http::{HeaderMap, StatusCode, header};
+use rebound_core::{Evidence, Phase, TransportKind};
+
+use crate::attempt::{evidence_headers, transport_evidence};
+use crate::http::TransportFailure;
+
+/// The format of a success's body, as its head or its first bytes say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Foreign {
+    /// A web page.
+    Html,
+    /// One JSON body (only foreign where a stream was asked for).
+    Json,
+}
+
+/// The media type of `headers`' content type, lower-cased, without its parameters.
+fn media_type(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let essence = value.split(';').next()?.trim().to_ascii_lowercase();
+    (!essence.is_empty()).then_some(essence)
+}
+
+/// Whether a body's first bytes are markup (`<!DOCTYPE html>`, `<html>`, `<head>`), after
+/// any whitespace or byte-order mark.
+fn starts_as_html(body: &[u8]) -> bool {
+    let body = body.strip_prefix(b"\xef\xbb\xbf").unwrap_or(body);
+    let start = body.iter().position(|b| !b.is_ascii_whitespace());
+    let Some(rest) = start.map(|i| &body[i..]) else {
+        return false;
+    };
+    let head = &rest[..rest.len().min(16)];
+    let lower = head.to_ascii_lowercase();
+    [b"<!doctype html".as_slice(), b"<html", b"<head", b"<body"]
+        .iter()
+        .any(|tag| lower.starts_with(tag))
+}
+
+/// What a stream's head says its body is, when that is not an event stream. A head without
+/// a content type, or with any other, is read as the stream it should be.
+pub fn stream_head(headers: &HeaderMap) -> Option<Foreign> {
+    match media_type(headers)?.as_str() {
+        "text/html" | "application/xhtml+xml" => Some(Foreign::Html),
+        "application/json" => Some(Foreign::Json),
+        t if t.starts_with("application/") && t.ends_with("+json") => Some(Foreign::Json),
+        _ => None,
+    }
+}
+
+/// Whether a whole (non-streaming) success that is not the protocol's JSON is a web page.
+pub fn is_page(headers: &HeaderMap, body: &[u8]) -> bool {
+    matches!(
+        media_type(headers).as_deref(),
+        Some("text/html" | "application/xhtml+xml")
+    ) || starts_as_html(body)
+}
+
+/// The longest page title quoted.
+const TITLE_CHARS: usize = 80;
+
+/// A page's `<title>`, trimmed and cut, if it has one.
+fn title(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(&body[..body.len().min(16 << 10)]);
+    let lower = text.to_ascii_lowercase();
+    let open = lower.find("<title")?;
+    let start = open + lower[open..].find('>')? + 1;
+    let end = start + lower[start..].find("</title")?;
+    let title: String = text[start..end]
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if title.is_empty() {
+        return None;
+    }
+    Some(match title.char_indices().nth(TITLE_CHARS) {
+        Some((cut, _)) => format!("{}…", &title[..cut]),
+        None => title,
+    })
+}
+
+/// The message for a success that is a web page where `expected` (the API's JSON, an event
+/// stream) was due.
+pub fn page_message(status: StatusCode, body: &[u8], expected: &str) -> String {
+    let titled = title(body).map_or_else(String::new, |t| format!(" titled '{t}'"));
+    format!(
+        "a {} answer that is an HTML page{titled}, not {expected}: does the base URL name a \
+         website or a web app's front end, or is the network asking to sign in? ({} bytes)",
+        status.as_u16(),
+        body.len()
+    )
+}
+
+/// The evidence of a success in a foreign format, once its body is read (a prefix is
+/// enough): a page is a broken answer in the catalogue's words; one JSON body to a stream
+/// request is read as the text it is, with no status (an error it holds decides, by its own
+/// rules), after words that say what came instead of the stream.
+pub fn evidence(
+    provider: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    foreign: Foreign,
+) -> Evidence {
+    match foreign {
+        Foreign::Html => transport_evidence(
+            provider,
+            TransportFailure {
+                kind: TransportKind::BodyDecode,
+                message: page_message(status, body, "an event stream"),
+            },
+            Phase::Setup,
+        ),
+        Foreign::Json => Evidence {
+            provider: Some(provider.to_owned()),
+            headers: evidence_headers(headers),
+            body: Some(format!(
+                "a {} answer to a stream request that is one JSON body, not an event stream: {}",
+                status.as_u16(),
+                String::from_utf8_lossy(body)
+            )),
+            ..Evidence::default()
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(content_type: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, content_type.parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn a_stream_head_is_foreign_only_when_it_names_a_page_or_json() {
+        assert_eq!(
+            stream_head(&headers("text/html; charset=utf-8")),
+            Some(Foreign::Html)
+        );
+        assert_eq!(
+            stream_head(&headers("Application/JSON")),
+            Some(Foreign::Json)
+        );
+        assert_eq!(
+            stream_head(&headers("application/problem+json")),
+            Some(Foreign::Json)
+        );
+        for stream in [
+            "text/event-stream",
+            "text/event-stream; charset=utf-8",
+            "text/plain",
+        ] {
+            assert_eq!(stream_head(&headers(stream)), None, "{stream}");
+        }
+        assert_eq!(stream_head(&HeaderMap::new()), None);
+    }
+
+    #[test]
+    fn a_page_is_told_by_its_type_or_its_first_bytes_and_named_by_its_title() {
+        let page = b"\xef\xbb\xbf\n  <!DOCTYPE HTML><html><head><title>\n Sign in to\n Guest Wi-Fi </title>";
+        assert!(is_page(&HeaderMap::new(), page));
+        assert!(is_page(&headers("text/html"), b"oops"));
+        assert!(!is_page(&headers("application/json"), b"{\"a\":"));
+        assert!(!is_page(&HeaderMap::new(), b"<3 not a page"));
+        assert_eq!(
+            page_message(StatusCode::OK, page, "the API's JSON"),
+            format!(
+                "a 200 answer that is an HTML page titled 'Sign in to Guest Wi-Fi', not the \
+                 API's JSON: does the base URL name a website or a web app's front end, or is \
+                 the network asking to sign in? ({} bytes)",
+                page.len()
+            )
+        );
+        let long = format!("<html><title>{}</title>", "x".repeat(200));
+        assert!(
+            page_message(StatusCode::OK, long.as_bytes(), "JSON")
+                .contains(&format!("titled '{}…'", "x".repeat(TITLE_CHARS)))
+        );
+        assert!(
+            page_message(StatusCode::OK, b"<html><title></title>", "JSON").contains("page, not")
+        );
+    }
+
+    #[test]
+    fn one_json_body_to_a_stream_is_read_as_text_with_no_status_and_a_page_as_broken() {
+        let body = br#"{"error":{"type":"overloaded_error"}}"#;
+        let json = evidence(
+            "anthropic",
+            StatusCode::OK,
+            &headers("application/json"),
+            body,
+            Foreign::Json,
+        );
+        assert_eq!(json.status, None, "a 200 says nothing of an error it holds");
+        assert_eq!(json.transport, None);
+        assert_eq!(
+            json.body.as_deref(),
+            Some(
+                "a 200 answer to a stream request that is one JSON body, not an event stream: \
+                 {\"error\":{\"type\":\"overloaded_error\"}}"
+            )
+        );
+        let page = evidence(
+            "openai",
+            StatusCode::OK,
+            &headers("text/html"),
+            b"<html><title>Hi</title>",
+            Foreign::Html,
+        );
+        assert_eq!(page.transport, Some(TransportKind::BodyDecode));
+        assert!(page.body.as_deref().is_some_and(|b| {
+            b.starts_with("a 200 answer that is an HTML page titled 'Hi', not an event stream")
+        }));
+    }
+}
