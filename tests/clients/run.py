@@ -472,6 +472,9 @@ def all_checks(clients):
     check("claude-code 429 retry-after", cc, "429+retry-after:1, ok", claude_ok, 2)
     check("claude-code overload after preamble", cc, "error-after-0:overloaded_error, ok", claude_ok, 2)
     check("claude-code cut before content", cc, "cut-after-0-chunks, ok", claude_ok, 2)
+    # A web page in place of the API's answer (a network's sign-in page): one attempt, then one
+    # 502 that names the page, which the client does not retry.
+    check("claude-code sign-in page 502", cc, many("page"), claude_failed(502), 1)
     check("claude-code exhausted 529", cc, many("529"), claude_failed(529), BUDGET + 1)
     check("claude-code exhausted 500", cc, many("500"), claude_failed(500), BUDGET + 1)
     check("claude-code exhausted 429", cc, many("429"), claude_failed(429), BUDGET + 1)
@@ -518,6 +521,7 @@ def all_checks(clients):
     check("codex 429 retry-after", cx, "429+retry-after:1, ok", codex_ok, 2)
     check("codex overload after preamble", cx, "error-after-0:overloaded_error, ok", codex_ok, 2)
     check("codex cut before content", cx, "cut-after-0-chunks, ok", codex_ok, 2)
+    check("codex sign-in page 502", cx, many("page"), codex_failed(502), 1)
     check("codex exhausted 503", cx, many("503"), codex_failed(503), BUDGET + 1)
     # At Codex's defaults: a 429 give-up stops it, a 5xx one does not (4 request retries, each
     # of 5 stream reconnects: 30 runs of rebound's loop).

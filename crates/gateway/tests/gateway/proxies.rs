@@ -147,16 +147,14 @@ fn never_shows_the_password(g: &Running) {
     assert!(!log.contains(PASSWORD), "{log}");
 }
 
-#[tokio::test]
-async fn an_https_upstream_is_reached_through_a_tunnel_that_learns_host_and_port_only() {
+/// Two requests, one streaming, through a route whose primary is reached through a proxy
+/// `via` a tunnel or by forwarding: both served by the primary, the password shown nowhere.
+/// Returns the primary's port and what the proxy was sent.
+async fn served_through(via: Via) -> (u16, Vec<String>) {
     let primary = chaos("ok, ok").await;
     let fallback = chaos("ok").await;
     let proxy = Proxy::start(None).await;
-    let g = gateway(
-        &through(&proxy, Via::Tunnel, &primary, &fallback).await,
-        &primary,
-    )
-    .await;
+    let g = gateway(&through(&proxy, via, &primary, &fallback).await, &primary).await;
     for stream in [false, true] {
         let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
@@ -164,8 +162,15 @@ async fn an_https_upstream_is_reached_through_a_tunnel_that_learns_host_and_port
     }
     assert_eq!(primary.attempts("default"), 2);
     assert_eq!(fallback.attempts("default"), 0);
+    never_shows_the_password(&g);
     let heads = proxy.heads();
-    assert!(!heads.is_empty(), "the proxy carried the requests");
+    assert!(!heads.is_empty(), "{via:?}: the proxy carried the requests");
+    (primary.addr().port(), heads)
+}
+
+#[tokio::test]
+async fn an_https_upstream_is_reached_through_a_tunnel_that_learns_host_and_port_only() {
+    let (_, heads) = served_through(Via::Tunnel).await;
     for head in &heads {
         let target = head.split_whitespace().nth(1).unwrap_or("");
         assert!(target.starts_with("provider.test:"), "{head}");
@@ -178,7 +183,6 @@ async fn an_https_upstream_is_reached_through_a_tunnel_that_learns_host_and_port
             "the proxy learns the host and port, and nothing of the request"
         );
     }
-    never_shows_the_password(&g);
 }
 
 /// A plain `http://` upstream: the proxy is handed each request in absolute form with its
@@ -186,27 +190,8 @@ async fn an_https_upstream_is_reached_through_a_tunnel_that_learns_host_and_port
 /// default, so a tunnel to a model server's own port would be refused).
 #[tokio::test]
 async fn an_http_upstream_is_reached_by_handing_the_proxy_the_request() {
-    let primary = chaos("ok, ok").await;
-    let fallback = chaos("ok").await;
-    let proxy = Proxy::start(None).await;
-    let g = gateway(
-        &through(&proxy, Via::Forward, &primary, &fallback).await,
-        &primary,
-    )
-    .await;
-    for stream in [false, true] {
-        let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
-        assert_eq!(reply.status, 200, "{}", reply.text());
-        assert_eq!(reply.header("x-rebound-candidate"), "primary");
-    }
-    assert_eq!(primary.attempts("default"), 2);
-    assert_eq!(fallback.attempts("default"), 0);
-    let heads = proxy.heads();
-    assert!(!heads.is_empty(), "the proxy carried the requests");
-    let target = format!(
-        "POST http://provider.test:{}/v1/chat/completions HTTP/1.1\r\n",
-        primary.addr().port()
-    );
+    let (port, heads) = served_through(Via::Forward).await;
+    let target = format!("POST http://provider.test:{port}/v1/chat/completions HTTP/1.1\r\n");
     for head in &heads {
         assert!(head.starts_with(&target), "{head}");
         assert!(
@@ -217,7 +202,6 @@ async fn an_http_upstream_is_reached_by_handing_the_proxy_the_request() {
             "{head}"
         );
     }
-    never_shows_the_password(&g);
 }
 
 /// A proxy that wants other credentials (407, or 401 as tinyproxy answers to `CONNECT`), or

@@ -141,8 +141,9 @@ fn a_value_that_is_no_usable_proxy_is_an_error_naming_the_variable() {
     assert!(!e.contains("hunter2"), "{e}");
 }
 
-/// A proxy on loopback that answers the first `CONNECT` with `answer`; on 200 it then echoes
-/// what it reads. Returns its port and the head of the `CONNECT` it was sent.
+/// A proxy on loopback that answers the first `CONNECT` (or request handed to it) with
+/// `answer`; when that opens a tunnel it then echoes what it reads. Returns its port and the
+/// head it was sent.
 async fn proxy(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -155,7 +156,7 @@ async fn proxy(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
             head.push(byte[0]);
         }
         socket.write_all(answer.as_bytes()).await.unwrap();
-        if answer.starts_with("HTTP/1.1 200") {
+        if answer.starts_with("HTTP/1.1 200 Connection established") {
             let mut buf = [0u8; 4];
             socket.read_exact(&mut buf).await.unwrap();
             socket.write_all(&buf).await.unwrap();
@@ -400,25 +401,6 @@ async fn an_ipv6_upstream_is_asked_for_in_brackets() {
     );
 }
 
-/// A proxy on loopback that reads one request head and answers `answer`. Returns its port and
-/// the head.
-async fn forwarding_proxy(answer: &'static str) -> (u16, tokio::task::JoinHandle<String>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let served = tokio::spawn(async move {
-        let (mut socket, _) = listener.accept().await.unwrap();
-        let mut head = Vec::new();
-        while !head.ends_with(b"\r\n\r\n") {
-            let mut byte = [0u8; 1];
-            assert_eq!(socket.read(&mut byte).await.unwrap(), 1);
-            head.push(byte[0]);
-        }
-        socket.write_all(answer.as_bytes()).await.unwrap();
-        String::from_utf8(head).unwrap()
-    });
-    (port, served)
-}
-
 /// The shared client, reaching every upstream through the HTTP proxy on `port`.
 fn client_through(port: u16) -> HttpClient {
     let timeouts = Timeouts {
@@ -438,7 +420,7 @@ fn get(url: &str) -> http::Request<bytes::Bytes> {
 /// default, so a tunnel to a local model server's port 8000 would be refused.
 #[tokio::test]
 async fn a_plain_http_request_goes_to_the_proxy_in_absolute_form_with_its_credentials() {
-    let (port, served) = forwarding_proxy("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
+    let (port, served) = proxy("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
     let response = client_through(port)
         .send(get("http://models.internal:8000/v1/models?x=1"))
         .await
@@ -465,7 +447,7 @@ async fn a_plain_http_request_goes_to_the_proxy_in_absolute_form_with_its_creden
 /// provider's, relayed, and come back as answers.
 #[tokio::test]
 async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_answers() {
-    let (port, served) = forwarding_proxy(
+    let (port, served) = proxy(
         "HTTP/1.1 407 Proxy Authentication Required\r\nproxy-authenticate: Basic\r\n\
          content-length: 0\r\n\r\n",
     )
@@ -485,7 +467,7 @@ async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_an
     );
     served.await.unwrap();
     // tinyproxy's 401 for wrong credentials names it; a 401 that does not is the provider's.
-    let (port, served) = forwarding_proxy(
+    let (port, served) = proxy(
         "HTTP/1.0 401 Unauthorized\r\nServer: tinyproxy/1.11.1\r\n\
          WWW-Authenticate: Basic realm=\"Tinyproxy\"\r\nConnection: close\r\n\r\n",
     )
@@ -504,7 +486,7 @@ async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_an
         "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n",
         "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n",
     ] {
-        let (port, served) = forwarding_proxy(answer).await;
+        let (port, served) = proxy(answer).await;
         let response = client_through(port)
             .send(get("http://models.internal:8000/v1/models"))
             .await
@@ -521,8 +503,7 @@ async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_an
 /// learns its host and port and nothing of the request.
 #[tokio::test]
 async fn an_https_request_through_the_same_client_still_tunnels() {
-    let (port, served) =
-        forwarding_proxy("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n").await;
+    let (port, served) = proxy("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n").await;
     let e = client_through(port)
         .send(get("https://api.openai.com/v1/models"))
         .await
