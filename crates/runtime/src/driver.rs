@@ -289,7 +289,7 @@ impl Host for TurnHost<'_> {
         let read = if self.stream {
             read_stream(
                 provider,
-                parts.status,
+                &parts,
                 &mut body,
                 idle,
                 self.message_id,

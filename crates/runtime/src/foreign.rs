@@ -4,7 +4,9 @@
 //! error written as a body rather than an event, or a server that does not stream).
 //!
 //! Read as a broken answer, such a success was retried like a cut body, minutes of waits on a
-//! page that answers the same every time. These give its evidence the words the catalogue reads
+//! page that answers the same every time. A page is told by its content type or its first
+//! bytes; one JSON body to a stream request by its content alone, once the body ended without
+//! an event, since some servers label a real event stream `application/json`. These give its evidence the words the catalogue reads
 //! (`transport.html_page_answer`, `transport.json_answer_to_stream`), and keep a JSON body's
 //! own error, if it holds one, for the rules that know it.
 
@@ -45,15 +47,35 @@ fn starts_as_html(body: &[u8]) -> bool {
         .any(|tag| lower.starts_with(tag))
 }
 
-/// What a stream's head says its body is, when that is not an event stream. A head without
-/// a content type, or with any other, is read as the stream it should be.
+/// Whether a stream's head says its body is a web page: no stream to wait for. Any other
+/// content type is read as the stream it should be (some servers label an event stream
+/// `application/json`); a body that then holds no event is told by [`unframed`].
 pub fn stream_head(headers: &HeaderMap) -> Option<Foreign> {
-    match media_type(headers)?.as_str() {
-        "text/html" | "application/xhtml+xml" => Some(Foreign::Html),
-        "application/json" => Some(Foreign::Json),
-        t if t.starts_with("application/") && t.ends_with("+json") => Some(Foreign::Json),
-        _ => None,
-    }
+    matches!(
+        media_type(headers)?.as_str(),
+        "text/html" | "application/xhtml+xml"
+    )
+    .then_some(Foreign::Html)
+}
+
+/// The evidence of a stream's body that ended without one event, when it is one JSON value
+/// or a page; `None` for anything else (a stream cut before its first event).
+pub fn unframed(
+    provider: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Option<Evidence> {
+    let foreign = if starts_as_html(body) {
+        Foreign::Html
+    } else if serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.is_object() || v.is_array())
+    {
+        Foreign::Json
+    } else {
+        return None;
+    };
+    Some(evidence(provider, status, headers, body, foreign))
 }
 
 /// Whether a whole (non-streaming) success that is not the protocol's JSON is a web page.
@@ -143,23 +165,16 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_head_is_foreign_only_when_it_names_a_page_or_json() {
+    fn a_stream_head_is_foreign_only_when_it_names_a_page() {
         assert_eq!(
             stream_head(&headers("text/html; charset=utf-8")),
             Some(Foreign::Html)
-        );
-        assert_eq!(
-            stream_head(&headers("Application/JSON")),
-            Some(Foreign::Json)
-        );
-        assert_eq!(
-            stream_head(&headers("application/problem+json")),
-            Some(Foreign::Json)
         );
         for stream in [
             "text/event-stream",
             "text/event-stream; charset=utf-8",
             "text/plain",
+            "Application/JSON",
         ] {
             assert_eq!(stream_head(&headers(stream)), None, "{stream}");
         }
@@ -190,6 +205,25 @@ mod tests {
         assert!(
             page_message(StatusCode::OK, b"<html><title></title>", "JSON").contains("page, not")
         );
+    }
+
+    #[test]
+    fn a_body_without_an_event_is_told_by_its_content() {
+        let none = HeaderMap::new();
+        let json = unframed("openai", StatusCode::OK, &none, b" {\"error\":{}}\n").unwrap();
+        assert!(
+            json.body
+                .unwrap()
+                .contains("one JSON body, not an event stream")
+        );
+        let page = unframed("openai", StatusCode::OK, &none, b"<html><body>x").unwrap();
+        assert_eq!(page.transport, Some(TransportKind::BodyDecode));
+        for cut in [&b""[..], b"data: {\"choices\":[", b"\"text\"", b"42"] {
+            assert!(
+                unframed("openai", StatusCode::OK, &none, cut).is_none(),
+                "{cut:?}"
+            );
+        }
     }
 
     #[test]

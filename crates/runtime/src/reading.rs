@@ -7,8 +7,9 @@ use http_body_util::BodyExt;
 use rebound_core::{Evidence, Phase, TransportKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::attempt::{RESPONSE_LIMIT, transport_evidence};
+use crate::attempt::{ERROR_BODY_LIMIT, RESPONSE_LIMIT, transport_evidence};
 use crate::event::{Event, EventSink};
+use crate::foreign;
 use crate::http::{ResponseBody, TransportFailure, read_whole};
 use crate::provider::{AnswerError, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
@@ -105,7 +106,7 @@ pub(crate) async fn read_complete(
 /// Reads a stream, sending its text to `sink` as it comes.
 pub(crate) async fn read_stream(
     provider: &Provider,
-    status: StatusCode,
+    parts: &Parts,
     body: &mut ResponseBody,
     idle: std::time::Duration,
     message_id: &str,
@@ -114,7 +115,7 @@ pub(crate) async fn read_stream(
 ) -> Read {
     let mut stream = Stream {
         provider,
-        status,
+        status: parts.status,
         phase: Phase::Setup,
         delivered: false,
         finished: false,
@@ -124,6 +125,8 @@ pub(crate) async fn read_stream(
         },
     };
     let mut framer = SseFramer::new();
+    // The body while no event has come: one that ends so is told by its content.
+    let mut unframed: Option<Vec<u8>> = Some(Vec::new());
     loop {
         let frame = tokio::select! {
             biased;
@@ -139,6 +142,14 @@ pub(crate) async fn read_stream(
             // `[DONE]` or not, as for a client connected directly.
             Ok(None) if stream.finished => return stream.done(),
             Ok(None) => {
+                if let Some(evidence) = unframed.as_deref().and_then(|body| {
+                    foreign::unframed(&provider.name, parts.status, &parts.headers, body)
+                }) {
+                    return Read::Failed {
+                        evidence,
+                        delivered: false,
+                    };
+                }
                 let message = "the stream ended before its final event".to_owned();
                 return stream.broken(TransportKind::Truncated, message);
             }
@@ -152,6 +163,11 @@ pub(crate) async fn read_stream(
             Ok(events) => events,
             Err(e) => return stream.broken(TransportKind::BodyDecode, e.to_string()),
         };
+        if !events.is_empty() {
+            unframed = None;
+        } else if let Some(body) = unframed.as_mut().filter(|b| b.len() < ERROR_BODY_LIMIT) {
+            body.extend_from_slice(&data);
+        }
         for event in events {
             for item in stream_items(provider.api, &event.event, &event.data) {
                 if let Some(read) = stream.item(item, &event.data, sink) {

@@ -21,6 +21,7 @@ use http::{HeaderMap, StatusCode};
 use http_body_util::BodyExt;
 use rebound_core::{Evidence, Phase, TransportKind};
 use rebound_runtime::Api;
+use rebound_runtime::foreign;
 use rebound_runtime::http::{ResponseBody, TransportFailure};
 use rebound_runtime::provider::{StreamItem, read_event};
 use rebound_runtime::sse::{SseEvent, SseFramer};
@@ -140,6 +141,8 @@ pub(super) struct Relay {
     /// A Chat Completions choice said why it finished: a body that then ends cleanly is
     /// complete, `[DONE]` or not, as it is for a client connected directly.
     finished: bool,
+    /// An SSE event came: the body is a stream, whatever its content type said.
+    evented: bool,
     /// The last `sequence_number` of a Responses stream.
     sequence_number: Option<u64>,
     /// The response a Responses stream announced. Boxed: most streams are not Responses.
@@ -177,6 +180,7 @@ impl Relay {
             content_seen: false,
             answered: false,
             finished: false,
+            evented: false,
             sequence_number: None,
             response: None,
             provider,
@@ -261,6 +265,7 @@ impl Relay {
                 return step;
             }
         };
+        self.evented |= !events.is_empty();
         // Whole events after the commit point are forwarded; earlier ones are held back.
         let mut forward_to: Option<u64> = None;
         let mut done = false;
@@ -314,8 +319,24 @@ impl Relay {
     /// a choice's finish reason, every byte it sent forwarded; otherwise cut short.
     fn body_ended(&mut self) -> Step {
         let mut step = Step::default();
+        // No event at all: a body in another format (one JSON body from a server that does
+        // not stream or writes its error so, a page), read for what it is, by its content
+        // rather than its content type, which some servers get wrong for a stream.
+        let unframed = (!self.evented && self.pending_base == 0)
+            .then(|| {
+                let headers = self.headers.as_ref()?;
+                foreign::unframed(&self.provider, self.status, headers, &self.pending)
+            })
+            .flatten();
         if self.finished {
             self.complete(&mut step);
+        } else if let Some(evidence) = unframed {
+            step.end = Some(Box::new(failure(
+                evidence,
+                false,
+                self.restart,
+                Detail::default(),
+            )));
         } else {
             step.end = Some(Box::new(self.failed(TransportFailure {
                 kind: TransportKind::Truncated,

@@ -469,3 +469,30 @@ fn an_event_rebound_cannot_read_is_relayed_as_sent_and_the_stream_goes_on() {
     assert!(matches!(run.end, Some(Attempted::Succeeded(()))));
     assert_eq!(run.sent, early.as_bytes());
 }
+
+/// A stream request answered with one JSON body and no event (an error written as a body, a
+/// server that does not stream), whatever its content type said: read for the error it holds,
+/// with no status (the 200 says nothing of it), or as a candidate that does not stream. It
+/// had been read as a stream cut before its first event, and retried.
+#[test]
+fn one_json_body_in_place_of_a_stream_is_read_for_what_it_holds() {
+    let limit = br#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
+    let whole = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}]}"#;
+    for (body, code, rule) in [
+        (&limit[..], "rate_limited", "openai.rate_limit_reached_prose"),
+        (&whole[..], "provider_config", "transport.json_answer_to_stream"),
+    ] {
+        // In two pieces, as a body may come.
+        let (a, b) = body.split_at(body.len() / 2);
+        let run = run_to_close(Api::ChatCompletions, &[a, b]);
+        assert!(!run.committed && run.sent.is_empty());
+        let failed = failed(run.end);
+        assert_eq!(failed.evidence.status, None);
+        assert!(!failed.delivered);
+        let d = diagnostics(&failed);
+        assert_eq!(
+            (d.code.as_ref().map(|c| c.as_str()), d.rule_id.as_deref()),
+            (Some(code), Some(rule))
+        );
+    }
+}
