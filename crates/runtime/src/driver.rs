@@ -263,24 +263,14 @@ impl Host for TurnHost<'_> {
                 detail: (),
             });
         }
-        // A stream request answered with a page or one JSON body: no stream to read.
-        if let Some(foreign) = self
-            .stream
-            .then(|| foreign::stream_head(&parts.headers))
-            .flatten()
-        {
+        // A stream request answered with a web page: no stream to read.
+        if self.stream && foreign::page_head(&parts.headers) {
             let bytes = match read_error_body(&mut body, idle, self.cancel.cancelled()).await {
                 ErrorBody::Read(bytes) => bytes,
                 ErrorBody::Cancelled => return Attempted::Ended,
             };
             return Attempted::Failed(Failed {
-                evidence: foreign::evidence(
-                    &provider.name,
-                    parts.status,
-                    &parts.headers,
-                    &bytes,
-                    foreign,
-                ),
+                evidence: foreign::page_evidence(&provider.name, parts.status, &bytes),
                 delivered: false,
                 safety: Safety::Replayable,
                 detail: (),

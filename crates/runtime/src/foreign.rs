@@ -5,10 +5,11 @@
 //!
 //! Read as a broken answer, such a success was retried like a cut body, minutes of waits on a
 //! page that answers the same every time. A page is told by its content type or its first
-//! bytes; one JSON body to a stream request by its content alone, once the body ended without
-//! an event, since some servers label a real event stream `application/json`. These give its evidence the words the catalogue reads
-//! (`transport.html_page_answer`, `transport.json_answer_to_stream`), and keep a JSON body's
-//! own error, if it holds one, for the rules that know it.
+//! bytes. One JSON body to a stream request is told by its content alone, once the body ended
+//! without an event: some servers label a real event stream `application/json`. Their evidence
+//! carries the words the catalogue reads (`transport.html_page_answer`,
+//! `transport.json_answer_to_stream`), and a JSON body's own error, if it holds one, for the
+//! rules that know it.
 
 use http::{HeaderMap, StatusCode, header};
 use rebound_core::{Evidence, Phase, TransportKind};
@@ -16,20 +17,19 @@ use rebound_core::{Evidence, Phase, TransportKind};
 use crate::attempt::{evidence_headers, transport_evidence};
 use crate::http::TransportFailure;
 
-/// The format of a success's body, as its head or its first bytes say.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Foreign {
-    /// A web page.
-    Html,
-    /// One JSON body (only foreign where a stream was asked for).
-    Json,
-}
-
 /// The media type of `headers`' content type, lower-cased, without its parameters.
 fn media_type(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
     let essence = value.split(';').next()?.trim().to_ascii_lowercase();
     (!essence.is_empty()).then_some(essence)
+}
+
+/// Whether a content type names a web page.
+fn page_type(headers: &HeaderMap) -> bool {
+    matches!(
+        media_type(headers).as_deref(),
+        Some("text/html" | "application/xhtml+xml")
+    )
 }
 
 /// Whether a body's first bytes are markup (`<!DOCTYPE html>`, `<html>`, `<head>`), after
@@ -48,42 +48,15 @@ fn starts_as_html(body: &[u8]) -> bool {
 }
 
 /// Whether a stream's head says its body is a web page: no stream to wait for. Any other
-/// content type is read as the stream it should be (some servers label an event stream
-/// `application/json`); a body that then holds no event is told by [`unframed`].
-pub fn stream_head(headers: &HeaderMap) -> Option<Foreign> {
-    matches!(
-        media_type(headers)?.as_str(),
-        "text/html" | "application/xhtml+xml"
-    )
-    .then_some(Foreign::Html)
-}
-
-/// The evidence of a stream's body that ended without one event, when it is one JSON value
-/// or a page; `None` for anything else (a stream cut before its first event).
-pub fn unframed(
-    provider: &str,
-    status: StatusCode,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Option<Evidence> {
-    let foreign = if starts_as_html(body) {
-        Foreign::Html
-    } else if serde_json::from_slice::<serde_json::Value>(body)
-        .is_ok_and(|v| v.is_object() || v.is_array())
-    {
-        Foreign::Json
-    } else {
-        return None;
-    };
-    Some(evidence(provider, status, headers, body, foreign))
+/// content type is read as the stream it should be; a body that then holds no event is told
+/// by [`unframed`].
+pub fn page_head(headers: &HeaderMap) -> bool {
+    page_type(headers)
 }
 
 /// Whether a whole (non-streaming) success that is not the protocol's JSON is a web page.
 pub fn is_page(headers: &HeaderMap, body: &[u8]) -> bool {
-    matches!(
-        media_type(headers).as_deref(),
-        Some("text/html" | "application/xhtml+xml")
-    ) || starts_as_html(body)
+    page_type(headers) || starts_as_html(body)
 }
 
 /// The longest page title quoted.
@@ -121,37 +94,44 @@ pub fn page_message(status: StatusCode, body: &[u8], expected: &str) -> String {
     )
 }
 
-/// The evidence of a success in a foreign format, once its body is read (a prefix is
-/// enough): a page is a broken answer in the catalogue's words; one JSON body to a stream
-/// request is read as the text it is, with no status (an error it holds decides, by its own
-/// rules), after words that say what came instead of the stream.
-pub fn evidence(
+/// The evidence of a stream request's success that is a web page (a prefix of it is enough):
+/// a broken answer, in the catalogue's words for a page.
+pub fn page_evidence(provider: &str, status: StatusCode, body: &[u8]) -> Evidence {
+    transport_evidence(
+        provider,
+        TransportFailure {
+            kind: TransportKind::BodyDecode,
+            message: page_message(status, body, "an event stream"),
+        },
+        Phase::Setup,
+    )
+}
+
+/// The evidence of a stream's body that ended without one event, when it is a page or one
+/// JSON value; `None` for anything else (a stream cut before its first event). The JSON body
+/// is read as the text it is, with no status (the 200 says nothing of an error it holds),
+/// after words that say what came instead of the stream.
+pub fn unframed(
     provider: &str,
     status: StatusCode,
     headers: &HeaderMap,
     body: &[u8],
-    foreign: Foreign,
-) -> Evidence {
-    match foreign {
-        Foreign::Html => transport_evidence(
-            provider,
-            TransportFailure {
-                kind: TransportKind::BodyDecode,
-                message: page_message(status, body, "an event stream"),
-            },
-            Phase::Setup,
-        ),
-        Foreign::Json => Evidence {
-            provider: Some(provider.to_owned()),
-            headers: evidence_headers(headers),
-            body: Some(format!(
-                "a {} answer to a stream request that is one JSON body, not an event stream: {}",
-                status.as_u16(),
-                String::from_utf8_lossy(body)
-            )),
-            ..Evidence::default()
-        },
+) -> Option<Evidence> {
+    if starts_as_html(body) {
+        return Some(page_evidence(provider, status, body));
     }
+    let json = serde_json::from_slice::<serde_json::Value>(body)
+        .is_ok_and(|v| v.is_object() || v.is_array());
+    json.then(|| Evidence {
+        provider: Some(provider.to_owned()),
+        headers: evidence_headers(headers),
+        body: Some(format!(
+            "a {} answer to a stream request that is one JSON body, not an event stream: {}",
+            status.as_u16(),
+            String::from_utf8_lossy(body)
+        )),
+        ..Evidence::default()
+    })
 }
 
 #[cfg(test)]
@@ -165,20 +145,17 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_head_is_foreign_only_when_it_names_a_page() {
-        assert_eq!(
-            stream_head(&headers("text/html; charset=utf-8")),
-            Some(Foreign::Html)
-        );
+    fn a_stream_head_is_a_page_only_when_it_names_one() {
+        assert!(page_head(&headers("text/html; charset=utf-8")));
         for stream in [
             "text/event-stream",
             "text/event-stream; charset=utf-8",
             "text/plain",
             "Application/JSON",
         ] {
-            assert_eq!(stream_head(&headers(stream)), None, "{stream}");
+            assert!(!page_head(&headers(stream)), "{stream}");
         }
-        assert_eq!(stream_head(&HeaderMap::new()), None);
+        assert!(!page_head(&HeaderMap::new()));
     }
 
     #[test]
@@ -229,13 +206,13 @@ mod tests {
     #[test]
     fn one_json_body_to_a_stream_is_read_as_text_with_no_status_and_a_page_as_broken() {
         let body = br#"{"error":{"type":"overloaded_error"}}"#;
-        let json = evidence(
+        let json = unframed(
             "anthropic",
             StatusCode::OK,
             &headers("application/json"),
             body,
-            Foreign::Json,
-        );
+        )
+        .unwrap();
         assert_eq!(json.status, None, "a 200 says nothing of an error it holds");
         assert_eq!(json.transport, None);
         assert_eq!(
@@ -245,13 +222,7 @@ mod tests {
                  {\"error\":{\"type\":\"overloaded_error\"}}"
             )
         );
-        let page = evidence(
-            "openai",
-            StatusCode::OK,
-            &headers("text/html"),
-            b"<html><title>Hi</title>",
-            Foreign::Html,
-        );
+        let page = page_evidence("openai", StatusCode::OK, b"<html><title>Hi</title>");
         assert_eq!(page.transport, Some(TransportKind::BodyDecode));
         assert!(page.body.as_deref().is_some_and(|b| {
             b.starts_with("a 200 answer that is an HTML page titled 'Hi', not an event stream")

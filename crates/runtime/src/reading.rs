@@ -87,8 +87,8 @@ pub(crate) async fn read_complete(
             evidence: broken(
                 provider,
                 TransportKind::BodyDecode,
-                if crate::foreign::is_page(&parts.headers, &bytes) {
-                    crate::foreign::page_message(parts.status, &bytes, "the protocol's JSON")
+                if foreign::is_page(&parts.headers, &bytes) {
+                    foreign::page_message(parts.status, &bytes, "the protocol's JSON")
                 } else {
                     format!(
                         "a {} answer whose body is not the protocol's JSON ({} bytes)",

@@ -95,24 +95,16 @@ pub(super) async fn attempt(
     };
     let (parts, mut body) = response.into_parts();
     let idle = timeouts.idle;
-    // A stream request answered with a page or one JSON body has no stream to relay.
-    let foreign = (parts.status.is_success() && request.stream)
-        .then(|| foreign::stream_head(&parts.headers))
-        .flatten();
-    if !parts.status.is_success() || foreign.is_some() {
+    // A stream request answered with a web page has no stream to relay.
+    let page = parts.status.is_success() && request.stream && foreign::page_head(&parts.headers);
+    if !parts.status.is_success() || page {
         let bytes = match Box::pin(read_error_body(&mut body, idle, down.gone())).await {
             ErrorBody::Read(bytes) => bytes,
             ErrorBody::Cancelled => return Attempted::Ended,
         };
-        if let Some(foreign) = foreign {
+        if page {
             // rebound's own terminal error, not the upstream's 200, if recovery stops.
-            let evidence = foreign::evidence(
-                &candidate.provider,
-                parts.status,
-                &parts.headers,
-                &bytes,
-                foreign,
-            );
+            let evidence = foreign::page_evidence(&candidate.provider, parts.status, &bytes);
             return failure(evidence, false, false, Detail::default());
         }
         let evidence = response_evidence(&candidate.provider, parts.status, &parts.headers, &bytes);

@@ -173,11 +173,12 @@ impl Proxies {
 
     /// The proxy for `dst`, if one is to be used.
     fn route(&self, dst: &Uri) -> Option<Route> {
-        let host = dst.host()?;
-        if is_loopback(host) {
+        // Without proxies, nothing more to look at (every request asks).
+        let matcher = self.matcher.as_ref()?;
+        if is_loopback(dst.host()?) {
             return None;
         }
-        let intercept = self.matcher.as_ref()?.intercept(dst)?;
+        let intercept = matcher.intercept(dst)?;
         let proxy = intercept.uri().clone();
         match proxy.scheme_str() {
             Some("socks5" | "socks5h") => Some(Route::Socks {

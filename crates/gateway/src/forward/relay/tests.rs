@@ -479,8 +479,16 @@ fn one_json_body_in_place_of_a_stream_is_read_for_what_it_holds() {
     let limit = br#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
     let whole = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}]}"#;
     for (body, code, rule) in [
-        (&limit[..], "rate_limited", "openai.rate_limit_reached_prose"),
-        (&whole[..], "provider_config", "transport.json_answer_to_stream"),
+        (
+            &limit[..],
+            "rate_limited",
+            "openai.rate_limit_reached_prose",
+        ),
+        (
+            &whole[..],
+            "provider_config",
+            "transport.json_answer_to_stream",
+        ),
     ] {
         // In two pieces, as a body may come.
         let (a, b) = body.split_at(body.len() / 2);
