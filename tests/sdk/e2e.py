@@ -277,6 +277,42 @@ def openai_https_on_plain_port(h):
 check("openai-https-on-plain-port", "ok", openai_https_on_plain_port, 0)
 
 
+def openai_sign_in_page(h):
+    # A network's sign-in page (or a website) answers 200 in place of the API, for a request
+    # that streams and one that does not: the same page answers every retry, so the SDK at its
+    # default retries gets one error at once that names the page, and does not retry it.
+    port = free_port()
+    g = start([
+        "serve", "--listen", f"127.0.0.1:{port}",
+        "--openai-upstream", f"http://127.0.0.1:{chaos_port}/v1",
+        "--anthropic-upstream", f"http://127.0.0.1:{chaos_port}",
+    ], data=tempfile.mkdtemp(prefix="rebound-e2e-page-"))
+    try:
+        wait_for(port)
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
+        for stream in (False, True):
+            started = time.monotonic()
+            try:
+                sdk.chat.completions.create(model="chaos-1", messages=HI, stream=stream, extra_headers=h)
+                raise AssertionError("no error")
+            except openai.APIStatusError as e:
+                assert e.status_code == 502, e.status_code
+                assert e.response.headers["x-should-retry"] == "false", e.response.headers
+                verdict = e.response.json()["rebound"]
+                assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
+                    "hard", "provider_config", "transport.html_page_answer", 1), verdict
+                assert "an HTML page titled 'Sign in to continue'" in e.message, e.message
+            assert time.monotonic() - started < 5
+        # Two requests reached rebound (the SDK retried neither), one attempt each.
+        assert metric(port, "rebound_requests_total") == 2
+        assert metric(port, "rebound_attempts_total") == 2
+    finally:
+        g.terminate()
+
+
+check("openai-sign-in-page", "page, page", openai_sign_in_page, 2)
+
+
 # Last: it leaves the embedded default's `openai` candidate cooling for two hours.
 check("openai-resting", "503+retry-after:7200, ok", openai_resting, 1)
 
