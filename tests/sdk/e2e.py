@@ -5,6 +5,7 @@ Usage: python3 tests/sdk/e2e.py [path/to/rebound]
 Prints one line per check and closes with `N passed, M failed`; exits non-zero on failure.
 """
 
+import contextlib
 import datetime
 import json
 import os
@@ -159,11 +160,11 @@ check("anthropic-hard", "401, ok", anthropic_exhausted, 1)
 check("anthropic-cut", "cut-after-2-chunks, ok", anthropic_cut_mid_stream, 1)
 
 
-def given_up(sdk, h):
+def given_up(sdk, h, stream=False):
     """One chat request that rebound gives up on: the SDK's error and the seconds it took."""
     started = time.monotonic()
     try:
-        sdk.chat.completions.create(model="chaos-1", messages=HI, extra_headers=h)
+        sdk.chat.completions.create(model="chaos-1", messages=HI, stream=stream, extra_headers=h)
     except openai.APIStatusError as e:
         return e, time.monotonic() - started
     raise AssertionError("no error")
@@ -245,32 +246,46 @@ def metric(port, name):
     return sum(s.value for family in families for s in family.samples if s.name == name)
 
 
+@contextlib.contextmanager
+def own_gateway(openai_upstream):
+    """A gateway of its own, whose OpenAI candidate is `openai_upstream`, for a check that
+    leaves its candidate resting: its port while it runs."""
+    port = free_port()
+    g = start([
+        "serve", "--listen", f"127.0.0.1:{port}",
+        "--openai-upstream", openai_upstream,
+        "--anthropic-upstream", f"http://127.0.0.1:{chaos_port}",
+    ], data=tempfile.mkdtemp(prefix="rebound-e2e-own-"))
+    try:
+        wait_for(port)
+        yield port
+    finally:
+        g.terminate()
+
+
+def configuration_at_once(e, rule, says):
+    """rebound's give-up after one attempt on a candidate that cannot serve as configured: a
+    502 that says `says`, read by `rule`, which the SDK must not retry (G10)."""
+    assert e.status_code == 502, e.status_code
+    assert e.response.headers["x-should-retry"] == "false", e.response.headers
+    verdict = e.response.json()["rebound"]
+    assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
+        "hard", "provider_config", rule, 1), verdict
+    assert says in e.message, e.message
+
+
 def openai_https_on_plain_port(h):
     # A base URL that says https:// for a port that speaks plain HTTP: a retry meets the same
     # port, so the SDK at its default retries gets one error at once that says what to fix,
     # and does not retry rebound's give-up (G10).
-    port = free_port()
-    g = start([
-        "serve", "--listen", f"127.0.0.1:{port}",
-        "--openai-upstream", f"https://127.0.0.1:{chaos_port}/v1",
-        "--anthropic-upstream", f"http://127.0.0.1:{chaos_port}",
-    ], data=tempfile.mkdtemp(prefix="rebound-e2e-tls-"))
-    try:
-        wait_for(port)
+    with own_gateway(f"https://127.0.0.1:{chaos_port}/v1") as port:
         sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
         e, elapsed = given_up(sdk, h)
-        assert e.status_code == 502, e.status_code
-        assert e.response.headers["x-should-retry"] == "false", e.response.headers
-        verdict = e.response.json()["rebound"]
-        assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
-            "hard", "provider_config", "rust.rustls_plain_http_port", 1), verdict
-        assert "did not answer in TLS" in e.message, e.message
+        configuration_at_once(e, "rust.rustls_plain_http_port", "did not answer in TLS")
         assert elapsed < 5, elapsed
         # One request reached rebound (the SDK did not retry) and rebound made one attempt.
         assert metric(port, "rebound_requests_total") == 1
         assert metric(port, "rebound_attempts_total") == 1
-    finally:
-        g.terminate()
 
 
 # No model request reaches chaos: its port answered the TLS hello as a malformed request.
@@ -281,33 +296,15 @@ def openai_sign_in_page(h):
     # A network's sign-in page (or a website) answers 200 in place of the API, for a request
     # that streams and one that does not: the same page answers every retry, so the SDK at its
     # default retries gets one error at once that names the page, and does not retry it.
-    port = free_port()
-    g = start([
-        "serve", "--listen", f"127.0.0.1:{port}",
-        "--openai-upstream", f"http://127.0.0.1:{chaos_port}/v1",
-        "--anthropic-upstream", f"http://127.0.0.1:{chaos_port}",
-    ], data=tempfile.mkdtemp(prefix="rebound-e2e-page-"))
-    try:
-        wait_for(port)
+    with own_gateway(f"http://127.0.0.1:{chaos_port}/v1") as port:
         sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
         for stream in (False, True):
-            started = time.monotonic()
-            try:
-                sdk.chat.completions.create(model="chaos-1", messages=HI, stream=stream, extra_headers=h)
-                raise AssertionError("no error")
-            except openai.APIStatusError as e:
-                assert e.status_code == 502, e.status_code
-                assert e.response.headers["x-should-retry"] == "false", e.response.headers
-                verdict = e.response.json()["rebound"]
-                assert (verdict["class"], verdict["code"], verdict["ruleId"], verdict["attempts"]) == (
-                    "hard", "provider_config", "transport.html_page_answer", 1), verdict
-                assert "an HTML page titled 'Sign in to continue'" in e.message, e.message
-            assert time.monotonic() - started < 5
+            e, elapsed = given_up(sdk, h, stream)
+            configuration_at_once(e, "transport.html_page_answer", "an HTML page titled 'Sign in to continue'")
+            assert elapsed < 5, elapsed
         # Two requests reached rebound (the SDK retried neither), one attempt each.
         assert metric(port, "rebound_requests_total") == 2
         assert metric(port, "rebound_attempts_total") == 2
-    finally:
-        g.terminate()
 
 
 check("openai-sign-in-page", "page, page", openai_sign_in_page, 2)

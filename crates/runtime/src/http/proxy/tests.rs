@@ -401,18 +401,27 @@ async fn an_ipv6_upstream_is_asked_for_in_brackets() {
     );
 }
 
-/// The shared client, reaching every upstream through the HTTP proxy on `port`.
-fn client_through(port: u16) -> HttpClient {
+/// One GET of `url` by the shared client, reaching every upstream through a proxy on
+/// loopback (with credentials) that answers `answer`: the proxy's port, the client's result
+/// and the head the proxy was sent.
+async fn get_through(
+    answer: &'static str,
+    url: &str,
+) -> (
+    u16,
+    Result<http::Response<crate::http::ResponseBody>, crate::http::TransportFailure>,
+    String,
+) {
+    let (port, served) = proxy(answer).await;
     let timeouts = Timeouts {
         connect: Duration::from_secs(10),
         ..Timeouts::default()
     };
     let proxies = Proxies::fixed(&format!("http://alice:pw@127.0.0.1:{port}"), None).unwrap();
-    HttpClient::configured(timeouts, &ExtraRoots::default(), &proxies).unwrap()
-}
-
-fn get(url: &str) -> http::Request<bytes::Bytes> {
-    http::Request::get(url).body(bytes::Bytes::new()).unwrap()
+    let client = HttpClient::configured(timeouts, &ExtraRoots::default(), &proxies).unwrap();
+    let request = http::Request::get(url).body(bytes::Bytes::new()).unwrap();
+    let result = client.send(request).await;
+    (port, result, served.await.unwrap())
 }
 
 /// A plain `http://` upstream's request is handed to the proxy in absolute form, with the
@@ -420,13 +429,13 @@ fn get(url: &str) -> http::Request<bytes::Bytes> {
 /// default, so a tunnel to a local model server's port 8000 would be refused.
 #[tokio::test]
 async fn a_plain_http_request_goes_to_the_proxy_in_absolute_form_with_its_credentials() {
-    let (port, served) = proxy("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok").await;
-    let response = client_through(port)
-        .send(get("http://models.internal:8000/v1/models?x=1"))
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let head = served.await.unwrap().to_ascii_lowercase();
+    let (_, result, head) = get_through(
+        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        "http://models.internal:8000/v1/models?x=1",
+    )
+    .await;
+    assert_eq!(result.unwrap().status(), 200);
+    let head = head.to_ascii_lowercase();
     assert!(
         head.starts_with("get http://models.internal:8000/v1/models?x=1 http/1.1\r\n"),
         "{head}"
@@ -443,19 +452,18 @@ async fn a_plain_http_request_goes_to_the_proxy_in_absolute_form_with_its_creden
 
 /// Only a proxy answers 407: to a request it was handed, it is the proxy's refusal (read as
 /// its refusal of a tunnel is, by the proxy rules), never the provider's answer; so is a 401
-/// whose server names a proxy. Its other answers (a 401 without that name, a 403) may be the
-/// provider's, relayed, and come back as answers.
+/// whose server names a proxy (tinyproxy's for wrong credentials). Its other answers (a 401
+/// without that name, a 403) may be the provider's, relayed, and come back as answers.
 #[tokio::test]
 async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_answers() {
-    let (port, served) = proxy(
+    const URL: &str = "http://models.internal:8000/v1/models";
+    let (port, result, _) = get_through(
         "HTTP/1.1 407 Proxy Authentication Required\r\nproxy-authenticate: Basic\r\n\
          content-length: 0\r\n\r\n",
+        URL,
     )
     .await;
-    let e = client_through(port)
-        .send(get("http://models.internal:8000/v1/models"))
-        .await
-        .unwrap_err();
+    let e = result.unwrap_err();
     assert_eq!(e.kind, TransportKind::ConnectionRefused);
     assert_eq!(
         e.message,
@@ -465,37 +473,30 @@ async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_an
              ones: put them in its URL, http://user:password@host:port)"
         )
     );
-    served.await.unwrap();
-    // tinyproxy's 401 for wrong credentials names it; a 401 that does not is the provider's.
-    let (port, served) = proxy(
+    let (_, result, _) = get_through(
         "HTTP/1.0 401 Unauthorized\r\nServer: tinyproxy/1.11.1\r\n\
          WWW-Authenticate: Basic realm=\"Tinyproxy\"\r\nConnection: close\r\n\r\n",
+        URL,
     )
     .await;
-    let e = client_through(port)
-        .send(get("http://models.internal:8000/v1/models"))
-        .await
-        .unwrap_err();
+    let e = result.unwrap_err();
     assert!(
-        e.message.contains("refused the request to models.internal:8000: answered 401 Unauthorized (the proxy wants credentials"),
+        e.message.contains(
+            "refused the request to models.internal:8000: answered 401 Unauthorized (the proxy \
+             wants credentials"
+        ),
         "{}",
         e.message
     );
-    served.await.unwrap();
-    for answer in [
-        "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n",
-        "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n",
+    for (answer, status) in [
+        (
+            "HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\n\r\n",
+            401,
+        ),
+        ("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n", 403),
     ] {
-        let (port, served) = proxy(answer).await;
-        let response = client_through(port)
-            .send(get("http://models.internal:8000/v1/models"))
-            .await
-            .unwrap();
-        assert_eq!(
-            response.status().as_u16(),
-            answer[9..12].parse::<u16>().unwrap()
-        );
-        served.await.unwrap();
+        let (_, result, _) = get_through(answer, URL).await;
+        assert_eq!(result.unwrap().status().as_u16(), status);
     }
 }
 
@@ -503,20 +504,19 @@ async fn a_proxys_407_to_a_plain_request_is_its_refusal_and_other_answers_are_an
 /// learns its host and port and nothing of the request.
 #[tokio::test]
 async fn an_https_request_through_the_same_client_still_tunnels() {
-    let (port, served) = proxy("HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n").await;
-    let e = client_through(port)
-        .send(get("https://api.openai.com/v1/models"))
-        .await
-        .unwrap_err();
+    let (_, result, head) = get_through(
+        "HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n",
+        "https://api.openai.com/v1/models",
+    )
+    .await;
+    let e = result.unwrap_err();
     assert!(
         e.message.contains("CONNECT answered 403 Forbidden"),
         "{}",
         e.message
     );
     assert!(
-        served
-            .await
-            .unwrap()
-            .starts_with("CONNECT api.openai.com:443 HTTP/1.1\r\n")
+        head.starts_with("CONNECT api.openai.com:443 HTTP/1.1\r\n"),
+        "{head}"
     );
 }
