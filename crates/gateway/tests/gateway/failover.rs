@@ -273,6 +273,24 @@ async fn an_https_url_on_a_plain_http_port_goes_to_the_fallback_at_once() {
     assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
 }
 
+/// A base URL whose host does not exist (`.invalid` never resolves, RFC 6761): a retry looks
+/// the same name up again, so the fallback serves at once, with no wait.
+#[tokio::test]
+async fn a_host_that_does_not_exist_goes_to_the_fallback_at_once() {
+    let fallback = chaos("ok").await;
+    let text = two_candidates(&fallback, &fallback).replacen(
+        &fallback.openai_base_url(),
+        "http://no-such-host.invalid:8000/v1",
+        1,
+    );
+    let g = gateway(&text, &fallback).await;
+    fallback_at_once(
+        &g,
+        " code=provider_config class=hard rule=transport.dns_not_found ",
+    )
+    .await;
+}
+
 /// The reverse: an http:// base URL on a TLS port. The TLS server answers the plain request
 /// with an alert, which hyper reads as no HTTP version; a retry meets the same port, so the
 /// fallback serves at once, with no wait, where it had been retried as a reset connection.
