@@ -291,7 +291,8 @@ impl Counted<'_> {
         let streaming = request
             .get("stream")
             .and_then(Value::as_bool)
-            .unwrap_or(false);
+            .unwrap_or(false)
+            || taken.fault == Some(Step::Streamed);
         let id = match api {
             Api::ChatCompletions => format!("chatcmpl-chaos-{}", self.key),
             Api::Messages => format!("msg_chaos_{}", self.key),

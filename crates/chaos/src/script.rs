@@ -37,6 +37,9 @@ pub enum Step {
     /// (`application/json`), as a server that does not stream does; a request that does not
     /// stream is answered as usual.
     Unstreamed,
+    /// Answer a request that does not stream with an event stream, as a server that streams
+    /// whatever it is asked does; a stream request is answered as usual.
+    Streamed,
     /// Wait this long before the response headers.
     Stall(Duration),
     /// An outage: this request and every request of its key that arrives within this long
@@ -229,6 +232,7 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         "no-done" => return Ok(Step::NoDone),
         "page" => return Ok(Step::Page),
         "unstreamed" => return Ok(Step::Unstreamed),
+        "streamed" => return Ok(Step::Streamed),
         _ => {}
     }
     if let Some(ms) = step.strip_prefix("stall:") {
@@ -261,7 +265,7 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         return parse_count(rest).map(Step::MalformedEventAt);
     }
     Err(
-        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done, thinking-only, page or unstreamed"
+        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done, thinking-only, page, unstreamed or streamed"
             .to_owned(),
     )
 }
@@ -338,6 +342,7 @@ impl fmt::Display for Step {
             Step::Reset => f.write_str("reset"),
             Step::Page => f.write_str("page"),
             Step::Unstreamed => f.write_str("unstreamed"),
+            Step::Streamed => f.write_str("streamed"),
             Step::Stall(d) => write!(f, "stall:{}", d.as_millis()),
             Step::Down(d) => write!(f, "down:{}", d.as_millis()),
             Step::CutAfter(n) => write!(f, "cut-after-{n}-chunks"),
@@ -430,6 +435,7 @@ mod tests {
         assert_eq!(parse_step("no-done"), Ok(Step::NoDone));
         assert_eq!(parse_step("page"), Ok(Step::Page));
         assert_eq!(parse_step("unstreamed"), Ok(Step::Unstreamed));
+        assert_eq!(parse_step("streamed"), Ok(Step::Streamed));
         assert_eq!(
             parse_step("down:5000"),
             Ok(Step::Down(Duration::from_secs(5)))

@@ -94,6 +94,43 @@ pub fn page_message(status: StatusCode, body: &[u8], expected: &str) -> String {
     )
 }
 
+/// Whether a body's first bytes are an event stream's (`data:`, `event:`, `id:` or a comment).
+fn starts_as_stream(body: &[u8]) -> bool {
+    let start = body.iter().position(|b| !b.is_ascii_whitespace());
+    let rest = start.map_or(&b""[..], |i| &body[i..]);
+    [b"data:".as_slice(), b"event:", b"id:", b":"]
+        .iter()
+        .any(|field| rest.starts_with(field))
+}
+
+/// The message for a whole (non-streaming) success whose body is not `expected` (the API's
+/// JSON): a web page and an event stream are said to be one, any other body is described by
+/// its size.
+pub fn not_json_message(
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    expected: &str,
+) -> String {
+    if is_page(headers, body) {
+        page_message(status, body, expected)
+    } else if media_type(headers).as_deref() == Some("text/event-stream") || starts_as_stream(body)
+    {
+        format!(
+            "a {} answer that is an event stream, not {expected}: does the upstream stream \
+             whatever it is asked? ({} bytes)",
+            status.as_u16(),
+            body.len()
+        )
+    } else {
+        format!(
+            "a {} answer whose body is not {expected} ({} bytes)",
+            status.as_u16(),
+            body.len()
+        )
+    }
+}
+
 /// The evidence of a stream request's success that is a web page (a prefix of it is enough):
 /// a broken answer, in the catalogue's words for a page.
 pub fn page_evidence(provider: &str, status: StatusCode, body: &[u8]) -> Evidence {
@@ -181,6 +218,34 @@ mod tests {
         );
         assert!(
             page_message(StatusCode::OK, b"<html><title></title>", "JSON").contains("page, not")
+        );
+    }
+
+    #[test]
+    fn a_whole_answer_that_is_not_json_says_what_it_is() {
+        let said = |headers: &HeaderMap, body: &[u8]| {
+            not_json_message(StatusCode::OK, headers, body, "the API's JSON")
+        };
+        assert!(
+            said(&HeaderMap::new(), b"<html><title>Hi</title>")
+                .contains("an HTML page titled 'Hi'")
+        );
+        for (headers, body) in [
+            (HeaderMap::new(), &b"\ndata: {\"choices\":[]}\n\n"[..]),
+            (HeaderMap::new(), b": keep-alive\n\n"),
+            (headers("text/event-stream"), b"{}"),
+        ] {
+            assert!(
+                said(&headers, body).starts_with(
+                    "a 200 answer that is an event stream, not the API's JSON: does the \
+                     upstream stream whatever it is asked?"
+                ),
+                "{body:?}"
+            );
+        }
+        assert_eq!(
+            said(&HeaderMap::new(), b"{\"cho"),
+            "a 200 answer whose body is not the API's JSON (5 bytes)"
         );
     }
 

@@ -82,20 +82,18 @@ pub(crate) async fn read_complete(
             },
             delivered: false,
         },
-        // A body that is not the protocol's JSON is a broken answer; a web page says so.
+        // A body that is not the protocol's JSON is a broken answer; a web page or an event
+        // stream says so.
         Err(_) => Read::Failed {
             evidence: broken(
                 provider,
                 TransportKind::BodyDecode,
-                if foreign::is_page(&parts.headers, &bytes) {
-                    foreign::page_message(parts.status, &bytes, "the protocol's JSON")
-                } else {
-                    format!(
-                        "a {} answer whose body is not the protocol's JSON ({} bytes)",
-                        parts.status.as_u16(),
-                        bytes.len()
-                    )
-                },
+                foreign::not_json_message(
+                    parts.status,
+                    &parts.headers,
+                    &bytes,
+                    "the protocol's JSON",
+                ),
                 Phase::Setup,
             ),
             delivered: false,

@@ -131,18 +131,11 @@ pub(super) async fn attempt(
             Err(Some(failure)) => return transport_failure(candidate, failure),
         };
         // A success that is not JSON is a broken answer, not an answer: it has not reached
-        // the client yet, so it is retried like a cut body; a web page is said to be one
-        // (its base URL names no API, which no retry mends).
+        // the client yet, so it is retried like a cut body; a web page or an event stream is
+        // said to be one (the base URL names no API, or the upstream streams whatever it is
+        // asked: no retry mends either).
         if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
-            let message = if foreign::is_page(&headers, &bytes) {
-                foreign::page_message(status, &bytes, "the API's JSON")
-            } else {
-                format!(
-                    "a {} answer whose body is not JSON ({} bytes)",
-                    status.as_u16(),
-                    bytes.len()
-                )
-            };
+            let message = foreign::not_json_message(status, &headers, &bytes, "the API's JSON");
             let failure = TransportFailure {
                 kind: TransportKind::BodyDecode,
                 message,

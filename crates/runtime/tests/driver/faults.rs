@@ -153,11 +153,12 @@ async fn a_success_whose_body_is_not_json_is_replayed() {
     recovers("malformed-after-1, ok", Protocol::Anthropic, false, 2).await;
 }
 
-/// A web page where the answer was due (a website's base URL, a network's sign-in page), and
-/// one JSON body where a stream was asked for (a server that does not stream): each answers
-/// every retry the same, so one attempt, then one error that says what came (C5).
+/// A web page where the answer was due (a website's base URL, a network's sign-in page), one
+/// JSON body where a stream was asked for (a server that does not stream), and a stream where
+/// one body was (a server that streams whatever it is asked): each answers every retry the
+/// same, so one attempt, then one error that says what came (C5).
 #[tokio::test]
-async fn a_page_or_an_unstreamed_answer_stops_after_one_attempt_saying_what_came() {
+async fn a_page_or_an_answer_in_the_other_form_stops_after_one_attempt_saying_what_came() {
     for (script, stream, rule, says) in [
         (
             "page",
@@ -176,6 +177,12 @@ async fn a_page_or_an_unstreamed_answer_stops_after_one_attempt_saying_what_came
             true,
             "transport.json_answer_to_stream",
             "one JSON body, not an event stream",
+        ),
+        (
+            "streamed",
+            false,
+            "transport.stream_answer_to_whole",
+            "an event stream, not the protocol's JSON",
         ),
     ] {
         let chaos = chaos(script).await;
