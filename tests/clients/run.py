@@ -4,7 +4,8 @@ the OpenAI Agents SDK and the official Python SDKs, each installed at a pinned v
 every URL on loopback.
 
 Each client runs clean and under faults scripted in chaos: a 429 with `retry-after`, an
-overload right after the stream's preamble, a stream cut before content, and exhaustion. A
+overload right after the stream's preamble, a stream cut before content, exhaustion, and (Claude
+Code and Codex CLI) a network's sign-in page in place of the API. A
 check asserts what the client printed and chaos's exact attempt count for the check's key, and
 that the client did not retry on top of rebound (G10, B5). rebound's budget here is 2 retries
 per class, so an always-failing upstream is asked exactly 3 times. Two routes reach chaos through
