@@ -17,19 +17,18 @@ use rebound_core::{Evidence, Phase, TransportKind};
 use crate::attempt::{evidence_headers, transport_evidence};
 use crate::http::TransportFailure;
 
-/// The media type of `headers`' content type, lower-cased, without its parameters.
-fn media_type(headers: &HeaderMap) -> Option<String> {
+/// The media type of `headers`' content type, without its parameters (asked of every stream's
+/// head, so it allocates nothing).
+fn media_type(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
-    let essence = value.split(';').next()?.trim().to_ascii_lowercase();
-    (!essence.is_empty()).then_some(essence)
+    Some(value.split(';').next()?.trim())
 }
 
 /// Whether a content type names a web page.
 fn page_type(headers: &HeaderMap) -> bool {
-    matches!(
-        media_type(headers).as_deref(),
-        Some("text/html" | "application/xhtml+xml")
-    )
+    media_type(headers).is_some_and(|t| {
+        t.eq_ignore_ascii_case("text/html") || t.eq_ignore_ascii_case("application/xhtml+xml")
+    })
 }
 
 /// Whether a body's first bytes are markup (`<!DOCTYPE html>`, `<html>`, `<head>`), after
@@ -114,7 +113,8 @@ pub fn not_json_message(
 ) -> String {
     if is_page(headers, body) {
         page_message(status, body, expected)
-    } else if media_type(headers).as_deref() == Some("text/event-stream") || starts_as_stream(body)
+    } else if media_type(headers).is_some_and(|t| t.eq_ignore_ascii_case("text/event-stream"))
+        || starts_as_stream(body)
     {
         format!(
             "a {} answer that is an event stream, not {expected}: does the upstream stream \
@@ -184,6 +184,7 @@ mod tests {
     #[test]
     fn a_stream_head_is_a_page_only_when_it_names_one() {
         assert!(page_head(&headers("text/html; charset=utf-8")));
+        assert!(page_head(&headers(" Text/HTML ")));
         for stream in [
             "text/event-stream",
             "text/event-stream; charset=utf-8",
