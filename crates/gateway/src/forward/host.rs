@@ -24,6 +24,9 @@ pub(super) struct LiveHost {
     down: Downstream,
     /// The route position of the latest attempt.
     candidate: usize,
+    /// The latest decision was taken at a candidate resting in the shared health ledger (S2),
+    /// with no attempt sent: a stop then answers like the failure that set the rest.
+    rested: bool,
 }
 
 impl LiveHost {
@@ -32,6 +35,7 @@ impl LiveHost {
             request,
             down,
             candidate: 0,
+            rested: false,
         }
     }
 
@@ -153,6 +157,7 @@ impl Host for LiveHost {
 
     /// A candidate passed over as resting (S2) is named in `x-rebound-skipped`.
     async fn commit(&mut self, failed: &FailedAttempt, decision: &Decision, _turn: &Turn) -> Flow {
+        self.rested = decision.rested;
         let gateway = &self.request.gateway;
         gateway.status.failed(
             gateway.clock().now(),
@@ -199,6 +204,7 @@ impl Host for LiveHost {
             &diagnostics,
             &candidate,
             attempt,
+            self.rested,
         )
         .await;
     }

@@ -75,6 +75,7 @@ pub(super) async fn terminal(
     diagnostics: &Diagnostics,
     candidate: &Candidate,
     attempts: u32,
+    rested: bool,
 ) {
     let protocol = request.api.protocol();
     let class = diagnostics.class;
@@ -87,13 +88,11 @@ pub(super) async fn terminal(
     let FailedAttempt {
         evidence, detail, ..
     } = failed;
-    // A stop at a candidate resting in the shared health ledger (S2) sent nothing: no
-    // status, transport failure or event of its own. It answers like the failure that set
-    // the rest, with the time left as `retry-after`.
-    let resting = evidence.status.is_none()
-        && evidence.transport.is_none()
-        && evidence.sse_event.is_none()
-        && detail.upstream_error.is_none();
+    // A stop at a candidate resting in the shared health ledger (S2) sent nothing. It answers
+    // like the failure that set the rest, with the time left as `retry-after`. (Told by the
+    // decision, not by the evidence's shape: one JSON body in place of a stream is evidence
+    // with no status, transport or event either, and is no rest.)
+    let resting = rested;
     let (status, body) = match &detail.upstream_error {
         Some((status, body)) => (
             *status,
