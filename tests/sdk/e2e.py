@@ -310,6 +310,27 @@ def openai_sign_in_page(h):
 check("openai-sign-in-page", "page, page", openai_sign_in_page, 2)
 
 
+def openai_other_form(h):
+    # A server that answers in the other form: one JSON body to a stream request (it does not
+    # stream), an event stream to a request that does not stream (it streams whatever it is
+    # asked). Each answers every retry so: the SDK at its default retries gets one error at once
+    # that says what came, and does not retry it.
+    with own_gateway(f"http://127.0.0.1:{chaos_port}/v1") as port:
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
+        for stream, rule, says in (
+            (True, "transport.json_answer_to_stream", "one JSON body, not an event stream"),
+            (False, "transport.stream_answer_to_whole", "an event stream, not the API's JSON"),
+        ):
+            e, elapsed = given_up(sdk, h, stream)
+            configuration_at_once(e, rule, says)
+            assert elapsed < 5, elapsed
+        assert metric(port, "rebound_requests_total") == 2
+        assert metric(port, "rebound_attempts_total") == 2
+
+
+check("openai-other-form", "unstreamed, streamed", openai_other_form, 2)
+
+
 # Last: it leaves the embedded default's `openai` candidate cooling for two hours.
 check("openai-resting", "503+retry-after:7200, ok", openai_resting, 1)
 
