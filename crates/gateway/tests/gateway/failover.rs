@@ -319,13 +319,7 @@ async fn fallback_at_once_for(script: &str, stream: bool, says: &str) {
     let primary = chaos(script).await;
     let fallback = chaos("ok").await;
     let g = gateway(&two_candidates(&primary, &fallback), &primary).await;
-    let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
-    assert_eq!(reply.status, 200, "{}", reply.text());
-    assert_eq!(reply.header("x-rebound-candidate"), "fallback");
-    let lines = attempt_lines(&g, "primary");
-    assert_eq!(lines.len(), 1, "{script}, stream {stream}: {lines:?}");
-    assert!(lines[0].contains(says), "{lines:?}");
-    assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
+    fallback_at_once_as(&g, stream, says).await;
 }
 
 /// A web page in place of the API's answer (a base URL that names a website or a web app's
@@ -523,11 +517,16 @@ async fn behind_tls(upstream: &Chaos, handshake: Handshake, trusted: bool) -> St
 /// Sends one request and checks that the fallback answered it after one attempt of the
 /// primary whose log line `says` this (its code, class or rule), with nothing waited.
 pub(crate) async fn fallback_at_once(g: &Running, says: &str) {
-    let reply = g.post("/v1/chat/completions", &openai_body(false)).await;
+    fallback_at_once_as(g, false, says).await;
+}
+
+/// [`fallback_at_once`] for a request that streams, or not.
+async fn fallback_at_once_as(g: &Running, stream: bool, says: &str) {
+    let reply = g.post("/v1/chat/completions", &openai_body(stream)).await;
     assert_eq!(reply.status, 200, "{}", reply.text());
     assert_eq!(reply.header("x-rebound-candidate"), "fallback");
     let lines = attempt_lines(g, "primary");
-    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines.len(), 1, "stream {stream}: {lines:?}");
     assert!(lines[0].contains(says), "{lines:?}");
     assert_eq!(g.time.elapsed(), Duration::ZERO, "nothing was waited for");
 }
