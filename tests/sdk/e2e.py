@@ -274,61 +274,45 @@ def configuration_at_once(e, rule, says):
     assert says in e.message, e.message
 
 
-def openai_https_on_plain_port(h):
-    # A base URL that says https:// for a port that speaks plain HTTP: a retry meets the same
-    # port, so the SDK at its default retries gets one error at once that says what to fix,
-    # and does not retry rebound's give-up (G10).
-    with own_gateway(f"https://127.0.0.1:{chaos_port}/v1") as port:
-        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
-        e, elapsed = given_up(sdk, h)
-        configuration_at_once(e, "rust.rustls_plain_http_port", "did not answer in TLS")
-        assert elapsed < 5, elapsed
-        # One request reached rebound (the SDK did not retry) and rebound made one attempt.
-        assert metric(port, "rebound_requests_total") == 1
-        assert metric(port, "rebound_attempts_total") == 1
+def configurations_at_once(openai_upstream, cases):
+    """Through a gateway of its own whose OpenAI candidate is `openai_upstream`, one request
+    per case `(stream, rule, says)`: each is given up after one attempt with a 502 that says
+    `says`, read by `rule`, at once, and the SDK at its default retries retries none (G10)."""
+    def run(h):
+        with own_gateway(openai_upstream) as port:
+            sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
+            for stream, rule, says in cases:
+                e, elapsed = given_up(sdk, h, stream)
+                configuration_at_once(e, rule, says)
+                assert elapsed < 5, elapsed
+            # As many requests reached rebound as were sent, one attempt each.
+            assert metric(port, "rebound_requests_total") == len(cases)
+            assert metric(port, "rebound_attempts_total") == len(cases)
+    return run
 
 
+# A base URL that says https:// for a port that speaks plain HTTP: a retry meets the same port.
 # No model request reaches chaos: its port answered the TLS hello as a malformed request.
-check("openai-https-on-plain-port", "ok", openai_https_on_plain_port, 0)
+check("openai-https-on-plain-port", "ok", configurations_at_once(
+    f"https://127.0.0.1:{chaos_port}/v1",
+    [(False, "rust.rustls_plain_http_port", "did not answer in TLS")],
+), 0)
 
+# A network's sign-in page (or a website) answers 200 in place of the API, for a request that
+# streams and one that does not: the same page answers every retry.
+PAGE = "an HTML page titled 'Sign in to continue'"
+check("openai-sign-in-page", "page, page", configurations_at_once(
+    f"http://127.0.0.1:{chaos_port}/v1",
+    [(False, "transport.html_page_answer", PAGE), (True, "transport.html_page_answer", PAGE)],
+), 2)
 
-def openai_sign_in_page(h):
-    # A network's sign-in page (or a website) answers 200 in place of the API, for a request
-    # that streams and one that does not: the same page answers every retry, so the SDK at its
-    # default retries gets one error at once that names the page, and does not retry it.
-    with own_gateway(f"http://127.0.0.1:{chaos_port}/v1") as port:
-        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
-        for stream in (False, True):
-            e, elapsed = given_up(sdk, h, stream)
-            configuration_at_once(e, "transport.html_page_answer", "an HTML page titled 'Sign in to continue'")
-            assert elapsed < 5, elapsed
-        # Two requests reached rebound (the SDK retried neither), one attempt each.
-        assert metric(port, "rebound_requests_total") == 2
-        assert metric(port, "rebound_attempts_total") == 2
-
-
-check("openai-sign-in-page", "page, page", openai_sign_in_page, 2)
-
-
-def openai_other_form(h):
-    # A server that answers in the other form: one JSON body to a stream request (it does not
-    # stream), an event stream to a request that does not stream (it streams whatever it is
-    # asked). Each answers every retry so: the SDK at its default retries gets one error at once
-    # that says what came, and does not retry it.
-    with own_gateway(f"http://127.0.0.1:{chaos_port}/v1") as port:
-        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-e2e")
-        for stream, rule, says in (
-            (True, "transport.json_answer_to_stream", "one JSON body, not an event stream"),
-            (False, "transport.stream_answer_to_whole", "an event stream, not the API's JSON"),
-        ):
-            e, elapsed = given_up(sdk, h, stream)
-            configuration_at_once(e, rule, says)
-            assert elapsed < 5, elapsed
-        assert metric(port, "rebound_requests_total") == 2
-        assert metric(port, "rebound_attempts_total") == 2
-
-
-check("openai-other-form", "unstreamed, streamed", openai_other_form, 2)
+# A server that answers in the other form: one JSON body to a stream request (it does not
+# stream), an event stream to a request that does not stream (it streams whatever it is asked).
+check("openai-other-form", "unstreamed, streamed", configurations_at_once(
+    f"http://127.0.0.1:{chaos_port}/v1",
+    [(True, "transport.json_answer_to_stream", "one JSON body, not an event stream"),
+     (False, "transport.stream_answer_to_whole", "an event stream, not the API's JSON")],
+), 2)
 
 
 # Last: it leaves the embedded default's `openai` candidate cooling for two hours.
