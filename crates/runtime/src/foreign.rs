@@ -1,7 +1,8 @@
 //! A success in another format than the protocol's (C5): an HTML page where the API's JSON or
 //! event stream was expected (the base URL names a website, a web app's front end that answers
-//! every path, or a network's sign-in page), or one JSON body where a stream was asked for (an
-//! error written as a body rather than an event, or a server that does not stream).
+//! every path, or a network's sign-in page), or one JSON body where a stream was asked for that
+//! is no answer of the API (an error written as a body rather than an event, another API's
+//! answer). The API's own answer in the other form is the answer ([`crate::form`]).
 //!
 //! Read as a broken answer, such a success was retried like a cut body, minutes of waits on a
 //! page that answers the same every time. A page is told by its content type or its first
@@ -103,8 +104,8 @@ fn starts_as_stream(body: &[u8]) -> bool {
 }
 
 /// The message for a whole (non-streaming) success whose body is not `expected` (the API's
-/// JSON): a web page and an event stream are said to be one, any other body is described by
-/// its size.
+/// JSON): a web page and an event stream (one the API's own stream would have been gathered
+/// into its answer) are said to be one, any other body is described by its size.
 pub fn not_json_message(
     status: StatusCode,
     headers: &HeaderMap,
@@ -117,8 +118,8 @@ pub fn not_json_message(
         || starts_as_stream(body)
     {
         format!(
-            "a {} answer that is an event stream, not {expected}: does the upstream stream \
-             whatever it is asked? ({} bytes)",
+            "a {} answer that is an event stream, not {expected} nor its stream: does the base \
+             URL name a server of another API? ({} bytes)",
             status.as_u16(),
             body.len()
         )
@@ -238,8 +239,8 @@ mod tests {
         ] {
             assert!(
                 said(&headers, body).starts_with(
-                    "a 200 answer that is an event stream, not the API's JSON: does the \
-                     upstream stream whatever it is asked?"
+                    "a 200 answer that is an event stream, not the API's JSON nor its stream: \
+                     does the base URL name a server of another API?"
                 ),
                 "{body:?}"
             );

@@ -12,6 +12,9 @@
 //! - [`provider`]: the two protocols and their three APIs (Chat Completions, Responses,
 //!   Messages): requests, complete answers, stream items and the commit point.
 //! - [`sse`]: server-sent-events framing.
+//! - [`form`]: an answer in the other form than asked (a whole answer to a stream request, a
+//!   stream to one that does not stream), told as the API would have sent it in the form asked.
+//! - [`foreign`]: a success in a format no API speaks (a web page, JSON that is no answer).
 //! - [`recovery`]: the recovery loop, written once: attempt, evidence, decision, then wait,
 //!   fall back or stop, over a small [`Host`] trait. The gateway's live requests and durable
 //!   jobs are hosts of it too.
@@ -73,6 +76,7 @@ pub mod attempt;
 pub mod driver;
 pub mod event;
 pub mod foreign;
+pub mod form;
 pub mod health;
 pub mod http;
 pub mod provider;

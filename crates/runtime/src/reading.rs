@@ -7,9 +7,10 @@ use http_body_util::BodyExt;
 use rebound_core::{Evidence, Phase, TransportKind};
 use tokio_util::sync::CancellationToken;
 
-use crate::attempt::{ERROR_BODY_LIMIT, RESPONSE_LIMIT, transport_evidence};
+use crate::attempt::{RESPONSE_LIMIT, transport_evidence};
 use crate::event::{Event, EventSink};
 use crate::foreign;
+use crate::form::{self, Gathered};
 use crate::http::{ResponseBody, TransportFailure, read_whole};
 use crate::provider::{AnswerError, ModelResponse, Provider, StreamItem, ToolCall, stream_items};
 use crate::sse::SseFramer;
@@ -49,6 +50,39 @@ pub(crate) async fn read_complete(
         Err(Some(failure)) => {
             return Read::Failed {
                 evidence: transport_evidence(&provider.name, failure, Phase::Setup),
+                delivered: false,
+            };
+        }
+    };
+    // A whole stream where one body was due (the upstream streams whatever it is asked): its
+    // answer gathered as the API would have sent it whole, or its own error.
+    let bytes = match form::as_whole(provider.api, &bytes) {
+        None => bytes,
+        Some(Gathered::Answer(answer)) => answer,
+        Some(Gathered::Error { kind, data }) => {
+            let evidence = Evidence {
+                sse_event: Some(kind),
+                body: Some(data),
+                ..crate::attempt::response_evidence(
+                    &provider.name,
+                    parts.status,
+                    &parts.headers,
+                    b"",
+                )
+            };
+            return Read::Failed {
+                evidence,
+                delivered: false,
+            };
+        }
+        Some(Gathered::Cut) => {
+            return Read::Failed {
+                evidence: broken(
+                    provider,
+                    TransportKind::Truncated,
+                    form::CUT.into(),
+                    Phase::Setup,
+                ),
                 delivered: false,
             };
         }
@@ -140,6 +174,20 @@ pub(crate) async fn read_stream(
             // `[DONE]` or not, as for a client connected directly.
             Ok(None) if stream.finished => return stream.done(),
             Ok(None) => {
+                // A whole answer where a stream was due (a server that does not stream): read
+                // as the stream the API would have sent.
+                let told = unframed
+                    .as_deref()
+                    .and_then(|body| form::as_stream(provider.api, body, false));
+                if let Some(told) = told {
+                    for event in SseFramer::new().push(&told).unwrap_or_default() {
+                        for item in stream_items(provider.api, &event.event, &event.data) {
+                            if let Some(read) = stream.item(item, &event.data, sink) {
+                                return read;
+                            }
+                        }
+                    }
+                }
                 if let Some(evidence) = unframed.as_deref().and_then(|body| {
                     foreign::unframed(&provider.name, parts.status, &parts.headers, body)
                 }) {
@@ -163,7 +211,7 @@ pub(crate) async fn read_stream(
         };
         if !events.is_empty() {
             unframed = None;
-        } else if let Some(body) = unframed.as_mut().filter(|b| b.len() < ERROR_BODY_LIMIT) {
+        } else if let Some(body) = unframed.as_mut().filter(|b| b.len() < RESPONSE_LIMIT) {
             body.extend_from_slice(&data);
         }
         for event in events {
