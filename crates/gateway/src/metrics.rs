@@ -118,6 +118,7 @@ pub struct Metrics {
     fallbacks: Counters<2>,
     surfaces: Counters<2>,
     rests: Counters<2>,
+    retold: Counters<2>,
     health: Family<Labels<2>, Gauge>,
     wait: Histogram,
 }
@@ -132,6 +133,7 @@ impl Default for Metrics {
         let fallbacks = Counters::new(["class", "code"]);
         let surfaces = Counters::new(["surface", "status"]);
         let rests = Counters::new(["candidate", "outcome"]);
+        let retold = Counters::new(["candidate", "form"]);
         let health = Family::<Labels<2>, Gauge>::default();
         let wait = Histogram::new(WAIT_BUCKETS);
         let mut registry = Registry::default();
@@ -167,6 +169,13 @@ impl Default for Metrics {
             fallbacks.family.clone(),
         );
         registry.register(
+            "rebound_retold",
+            "Answers that came in the other form than asked, told in the form asked, by \
+             candidate and the form told (stream: a whole answer told as a stream; whole: a \
+             stream gathered into its whole answer).",
+            retold.family.clone(),
+        );
+        registry.register(
             "rebound_http_requests",
             "Client requests by the surface that answered (chat_completions, responses, \
              messages, token_count, stored_response, models, passthrough, unserved, rebound) \
@@ -199,6 +208,7 @@ impl Default for Metrics {
             recoveries,
             exhaustions,
             fallbacks,
+            retold,
             surfaces,
             rests,
             health,
@@ -242,6 +252,12 @@ impl Metrics {
     /// A fallback to the next candidate after `class`/`code`.
     pub fn fallback(&self, class: &str, code: &str) {
         self.fallbacks.inc([class, code]);
+    }
+
+    /// `candidate` answered in the other form than asked, and its answer was told as `form`
+    /// (stream, whole).
+    pub fn retold(&self, candidate: &str, form: &str) {
+        self.retold.inc([candidate, form]);
     }
 
     /// A request found `candidate` resting, and `outcome` followed (skipped, waited,

@@ -203,6 +203,11 @@ pub(crate) fn rebound_headers(
 /// shared health ledger (S2), in order: `x-rebound-skipped: primary,secondary`.
 pub(super) const SKIPPED: &str = "x-rebound-skipped";
 
+/// The header that says the upstream answered in the other form and rebound told its answer
+/// in the form asked for: `x-rebound-retold: stream` (a whole answer told as the API's
+/// stream) or `x-rebound-retold: whole` (a stream gathered into the API's whole answer).
+pub(super) const RETOLD: HeaderName = HeaderName::from_static("x-rebound-retold");
+
 /// `skipped` with candidate `id` added.
 pub(super) fn skip(skipped: Option<HeaderValue>, id: &str) -> Option<HeaderValue> {
     let list = match skipped.as_ref().and_then(|v| v.to_str().ok()) {

@@ -9,13 +9,14 @@ use rebound_runtime::attempt::{
     ErrorBody, RESPONSE_LIMIT, read_error_body, response_evidence, transport_evidence,
 };
 use rebound_runtime::foreign;
+use rebound_runtime::form::{self, Gathered};
 use rebound_runtime::http::{TransportFailure, read_whole};
 use rebound_runtime::provider::{AnswerError, answer_failure};
 
 use super::LiveRequest;
 use super::downstream::{Downstream, Head};
 use super::headers::{
-    forwarded_headers, kept_on_give_up, rebound_headers, relayable, skipped_header,
+    RETOLD, forwarded_headers, kept_on_give_up, rebound_headers, relayable, skipped_header,
 };
 use super::outcome::{Attempt, Detail, failure};
 use super::relay::{Relay, relay};
@@ -125,16 +126,46 @@ pub(super) async fn attempt(
     rebound_headers(&mut headers, attempts, candidate, &request.route);
     skipped_header(&mut headers, request.skipped.as_ref());
     if !request.stream {
-        let bytes = match Box::pin(read_whole(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
-            Ok(bytes) => bytes,
-            Err(None) => return Attempted::Ended,
-            Err(Some(failure)) => return transport_failure(candidate, failure),
-        };
+        let mut bytes =
+            match Box::pin(read_whole(&mut body, RESPONSE_LIMIT, idle, down.gone())).await {
+                Ok(bytes) => bytes,
+                Err(None) => return Attempted::Ended,
+                Err(Some(failure)) => return transport_failure(candidate, failure),
+            };
+        let json = |bytes: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
+        // A whole stream where one body was due (the upstream streams whatever it is asked):
+        // its answer gathered as the API would have sent it whole, or its own error.
+        if !json(&bytes) {
+            match form::as_whole(request.api, &bytes) {
+                Some(Gathered::Answer(answer)) => {
+                    bytes = answer;
+                    let json = HeaderValue::from_static("application/json");
+                    headers.insert(header::CONTENT_TYPE, json);
+                    headers.insert(RETOLD, HeaderValue::from_static("whole"));
+                    gateway.metrics.retold(&candidate.id, "whole");
+                }
+                Some(Gathered::Error { kind, data }) => {
+                    let evidence = rebound_core::Evidence {
+                        sse_event: Some(kind),
+                        body: Some(data),
+                        ..response_evidence(&candidate.provider, status, &headers, b"")
+                    };
+                    return failure(evidence, false, false, Detail::default());
+                }
+                Some(Gathered::Cut) => {
+                    let failure = TransportFailure {
+                        kind: TransportKind::Truncated,
+                        message: form::CUT.into(),
+                    };
+                    return transport_failure(candidate, failure);
+                }
+                None => {}
+            }
+        }
         // A success that is not JSON is a broken answer, not an answer: it has not reached
-        // the client yet, so it is retried like a cut body; a web page or an event stream is
-        // said to be one (the base URL names no API, or the upstream streams whatever it is
-        // asked: no retry mends either).
-        if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_err() {
+        // the client yet, so it is retried like a cut body; a web page or another API's event
+        // stream is said to be one (the base URL names no API, or another).
+        if !json(&bytes) {
             let message = foreign::not_json_message(status, &headers, &bytes, "the API's JSON");
             let failure = TransportFailure {
                 kind: TransportKind::BodyDecode,
@@ -167,18 +198,23 @@ pub(super) async fn attempt(
             Attempted::Ended
         };
     }
-    let relay_state = Relay::new(
+    let mut relay_state = Relay::new(
         request.api,
         request.restart,
         status,
         headers,
         candidate.provider.clone(),
+        request.body.clone(),
     );
     let limits = super::relay::Limits {
         idle,
         first_content: timeouts.first_content,
     };
-    Box::pin(relay(relay_state, limits, &mut body, down)).await
+    let attempt = Box::pin(relay(&mut relay_state, limits, &mut body, down)).await;
+    if relay_state.retold {
+        gateway.metrics.retold(&candidate.id, "stream");
+    }
+    attempt
 }
 
 #[cfg(test)]

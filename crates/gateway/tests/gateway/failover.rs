@@ -338,32 +338,6 @@ async fn a_web_page_in_place_of_the_api_goes_to_the_fallback_at_once() {
     }
 }
 
-/// A stream request answered with the whole answer as one JSON body (a server that does not
-/// stream): the candidate cannot serve the stream as configured, so the fallback serves it at
-/// once, where it had been retried as a cut stream.
-#[tokio::test]
-async fn a_whole_answer_to_a_stream_request_goes_to_the_fallback_at_once() {
-    fallback_at_once_for(
-        "unstreamed",
-        true,
-        " code=provider_config class=hard rule=transport.json_answer_to_stream ",
-    )
-    .await;
-}
-
-/// The reverse: a request that does not stream answered with an event stream (a server that
-/// streams whatever it is asked) answers every retry so; the fallback serves it at once, where
-/// it had been retried as a body that is not JSON.
-#[tokio::test]
-async fn a_stream_in_answer_to_a_whole_request_goes_to_the_fallback_at_once() {
-    fallback_at_once_for(
-        "streamed",
-        false,
-        " code=provider_config class=hard rule=transport.stream_answer_to_whole ",
-    )
-    .await;
-}
-
 /// Alone on its route, the page fails the request at once with rebound's own 502, whose
 /// message names the page, never the upstream's 200.
 #[tokio::test]

@@ -17,6 +17,7 @@ mod health;
 mod http2;
 mod jobs;
 mod leases;
+mod other_form;
 mod passthrough;
 mod proxies;
 mod recovery;

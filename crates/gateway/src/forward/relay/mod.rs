@@ -17,11 +17,12 @@
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use rebound_core::{Evidence, Phase, TransportKind};
 use rebound_runtime::Api;
 use rebound_runtime::foreign;
+use rebound_runtime::form;
 use rebound_runtime::http::{ResponseBody, TransportFailure};
 use rebound_runtime::provider::{StreamItem, read_event};
 use rebound_runtime::sse::{SseEvent, SseFramer};
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 use rebound_runtime::Attempted;
 
 use super::downstream::{Downstream, Head};
-use super::headers::{final_figures, kept_on_give_up};
+use super::headers::{RETOLD, final_figures, kept_on_give_up};
 use super::outcome::{Attempt, Detail, Position, failure};
 
 /// How long a stream may stay quiet (S5).
@@ -44,7 +45,7 @@ pub(super) struct Limits {
 
 /// Relays one streaming attempt to the client.
 pub(super) async fn relay(
-    mut relay: Relay,
+    relay: &mut Relay,
     limits: Limits,
     body: &mut ResponseBody,
     down: &mut Downstream,
@@ -52,7 +53,7 @@ pub(super) async fn relay(
     // Measured from the headers, which have just come.
     let first_content_by = Instant::now() + limits.first_content;
     // The relay state comes built: a parameter is kept for the whole stream, and building it
-    // here from its parts would keep both.
+    // here from its parts would keep both. It is borrowed: the caller reads what it learned.
     loop {
         // Before the commit point, the first-content deadline bounds the wait too.
         let (wait, first_content) = if relay.content_seen {
@@ -149,6 +150,10 @@ pub(super) struct Relay {
     response: Option<Box<rebound_runtime::provider::ResponseHead>>,
     /// The provider name evidence carries.
     provider: String,
+    /// The request's body: a whole answer told as a stream tells usage if it asked for it.
+    request: Bytes,
+    /// The upstream's whole answer was told as a stream.
+    pub(super) retold: bool,
 }
 
 /// What one chunk asks for, in order: commit the response, send bytes, end the attempt.
@@ -167,6 +172,7 @@ impl Relay {
         status: StatusCode,
         mut headers: HeaderMap,
         provider: String,
+        request: Bytes,
     ) -> Self {
         headers.remove(http::header::CONTENT_LENGTH);
         Relay {
@@ -184,6 +190,8 @@ impl Relay {
             sequence_number: None,
             response: None,
             provider,
+            request,
+            retold: false,
         }
     }
 
@@ -330,6 +338,8 @@ impl Relay {
             .flatten();
         if self.finished {
             self.complete(&mut step);
+        } else if let Some(stream) = unframed.as_ref().and_then(|_| self.as_stream()) {
+            return self.tell_as_stream(&stream);
         } else if let Some(evidence) = unframed {
             step.end = Some(Box::new(failure(
                 evidence,
@@ -341,6 +351,36 @@ impl Relay {
             step.end = Some(Box::new(self.failed(TransportFailure {
                 kind: TransportKind::Truncated,
                 message: "the stream ended before its final event".into(),
+            })));
+        }
+        step
+    }
+
+    /// The whole answer held back, told as the stream the API would have sent, if it is one.
+    fn as_stream(&self) -> Option<Bytes> {
+        let usage_asked = self.api == Api::ChatCompletions && form::usage_asked(&self.request);
+        form::as_stream(self.api, &self.pending, usage_asked)
+    }
+
+    /// A whole answer told as a stream (`stream`) goes to the client as if the upstream had
+    /// streamed it, labelled an event stream and said to be retold.
+    fn tell_as_stream(&mut self, stream: &Bytes) -> Step {
+        self.retold = true;
+        if let Some(headers) = self.headers.as_mut() {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            );
+            headers.insert(RETOLD, HeaderValue::from_static("stream"));
+        }
+        self.pending.clear();
+        self.framer = SseFramer::new();
+        let mut step = self.chunk(stream);
+        if step.end.is_none() {
+            // Not reached: a told stream ends as its API's stream ends.
+            step.end = Some(Box::new(self.failed(TransportFailure {
+                kind: TransportKind::Truncated,
+                message: "the answer told as a stream had no end".into(),
             })));
         }
         step

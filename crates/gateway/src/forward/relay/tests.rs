@@ -22,6 +22,7 @@ fn a_forwarded_error_event_loses_echoed_keys_and_keeps_its_shape() {
 
 use std::time::{Duration, SystemTime};
 
+use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use rebound_core::{Catalogue, Diagnostics, StopReason, TransportKind};
 use rebound_runtime::http::TransportFailure;
@@ -81,6 +82,7 @@ fn run(api: Api, chunks: &[&[u8]]) -> Run {
             StatusCode::OK,
             HeaderMap::new(),
             "openai".into(),
+            Bytes::new(),
         ),
     };
     for chunk in chunks {
@@ -176,6 +178,7 @@ fn a_responses_stream_is_relayed_byte_for_byte_however_it_is_cut() {
         StatusCode::OK,
         HeaderMap::new(),
         "openai".into(),
+        Bytes::new(),
     );
     let commit_at = RESPONSES_HEAD.len()
         + RESPONSES_CONTENT
@@ -346,6 +349,7 @@ fn thinking_commits_and_a_stream_of_only_thinking_is_an_answer() {
         StatusCode::OK,
         HeaderMap::new(),
         "anthropic".into(),
+        Bytes::new(),
     );
     // The thinking delta goes live, before the stream ends.
     let step = relay.chunk(&stream.as_bytes()[..delta_end]);
@@ -471,13 +475,14 @@ fn an_event_rebound_cannot_read_is_relayed_as_sent_and_the_stream_goes_on() {
 }
 
 /// A stream request answered with one JSON body and no event (an error written as a body, a
-/// server that does not stream), whatever its content type said: read for the error it holds,
-/// with no status (the 200 says nothing of it), or as a candidate that does not stream. It
-/// had been read as a stream cut before its first event, and retried.
+/// server that does not stream), whatever its content type said, that is no answer: read for
+/// the error it holds, with no status (the 200 says nothing of it), or as a candidate that
+/// cannot serve the stream. It had been read as a stream cut before its first event, and
+/// retried.
 #[test]
 fn one_json_body_in_place_of_a_stream_is_read_for_what_it_holds() {
     let limit = br#"{"error":{"message":"Rate limit reached for gpt-4o in organization org-x on tokens per min (TPM): Limit 30000, Used 29000, Requested 2000. Please try again in 2s.","type":"tokens","param":null,"code":"rate_limit_exceeded"}}"#;
-    let whole = br#"{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}]}"#;
+    let other = br#"{"object":"list","data":[{"id":"gpt-4o","object":"model"}]}"#;
     for (body, code, rule) in [
         (
             &limit[..],
@@ -485,7 +490,7 @@ fn one_json_body_in_place_of_a_stream_is_read_for_what_it_holds() {
             "openai.rate_limit_reached_prose",
         ),
         (
-            &whole[..],
+            &other[..],
             "provider_config",
             "transport.json_answer_to_stream",
         ),
@@ -502,5 +507,50 @@ fn one_json_body_in_place_of_a_stream_is_read_for_what_it_holds() {
             (d.code.as_ref().map(|c| c.as_str()), d.rule_id.as_deref()),
             (Some(code), Some(rule))
         );
+    }
+}
+
+/// A stream request answered with the whole answer (a server that does not stream): the
+/// answer is told as the stream the API would have sent, labelled an event stream and said to
+/// be retold, with usage when the request asked for it. It had been thrown away for the next
+/// candidate, or failed the request.
+#[test]
+fn a_whole_answer_in_place_of_a_stream_is_told_as_its_stream() {
+    let whole = br#"{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}"#;
+    for (request, usage) in [
+        (
+            &br#"{"stream":true,"stream_options":{"include_usage":true}}"#[..],
+            true,
+        ),
+        (&br#"{"stream":true}"#[..], false),
+    ] {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-type", "application/json".parse().unwrap());
+        let mut run = Run {
+            committed: false,
+            sent: Vec::new(),
+            end: None,
+            relay: Relay::new(
+                Api::ChatCompletions,
+                false,
+                StatusCode::OK,
+                headers,
+                "openai".into(),
+                Bytes::copy_from_slice(request),
+            ),
+        };
+        let (a, b) = whole.split_at(40);
+        assert!(run.relay.chunk(a).commit.is_none());
+        assert!(run.relay.chunk(b).commit.is_none());
+        let step = run.relay.body_ended();
+        let head = step.commit.clone().expect("committed at the body's end");
+        assert_eq!(head["content-type"], "text/event-stream");
+        assert_eq!(head["x-rebound-retold"], "stream");
+        run.apply(step);
+        assert!(matches!(run.end, Some(Attempted::Succeeded(()))));
+        let sent = String::from_utf8(run.sent).unwrap();
+        assert!(sent.contains(r#""delta":{"content":"Hi"}"#), "{sent}");
+        assert!(sent.ends_with("data: [DONE]\n\n"), "{sent}");
+        assert_eq!(sent.contains(r#""usage":{"#), usage, "{sent}");
     }
 }

@@ -1,0 +1,133 @@
+//! An answer in the other form than asked for (a server that does not stream, one that
+//! streams whatever it is asked) reaches the client in the form it asked for, on the first
+//! attempt, in each API: the answer was generated once, and is not thrown away.
+
+use rebound_runtime::Api;
+use rebound_runtime::form::{Gathered, as_whole};
+use serde_json::Value;
+
+use crate::failover::attempt_lines;
+use crate::{SIMPLE, anthropic_body, chaos, direct, gateway};
+
+/// Each API's path and a request body of it, streaming or not.
+fn requests(stream: bool) -> [(Api, &'static str, String); 3] {
+    let responses =
+        format!(r#"{{"model":"gpt-test","stream":{stream},"input":"hi","store":false}}"#);
+    // A stream request asks for usage, which a whole answer holds.
+    let chat = crate::openai_body(stream).replacen(
+        r#""stream":true"#,
+        r#""stream":true,"stream_options":{"include_usage":true}"#,
+        1,
+    );
+    [
+        (Api::ChatCompletions, "/v1/chat/completions", chat),
+        (Api::Messages, "/v1/messages", anthropic_body(stream)),
+        (Api::Responses, "/v1/responses", responses),
+    ]
+}
+
+/// `answer` without what differs from one answer to the next (its time).
+fn timeless(answer: Value) -> Value {
+    without(answer, &["created", "created_at", "completed_at"])
+}
+
+/// `answer` without `keys`.
+fn without(mut answer: Value, keys: &[&str]) -> Value {
+    for key in keys {
+        if let Some(map) = answer.as_object_mut() {
+            map.remove(*key);
+        }
+    }
+    answer
+}
+
+fn json(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap_or_else(|e| panic!("{e}: {bytes:?}"))
+}
+
+/// The whole answer a stream holds.
+fn gathered(api: Api, stream: &[u8]) -> Value {
+    match as_whole(api, stream) {
+        Some(Gathered::Answer(answer)) => json(&answer),
+        other => panic!(
+            "{api:?}: {other:?} from {}",
+            String::from_utf8_lossy(stream)
+        ),
+    }
+}
+
+/// `/metrics` counts one answer of the API's candidate told as `form`.
+async fn retold_once(g: &crate::Running, api: Api, form: &str) {
+    let candidate = if api == Api::Messages { "an" } else { "oa" };
+    let line = format!("rebound_retold_total{{candidate=\"{candidate}\",form=\"{form}\"}} 1");
+    let metrics = g.metrics().await;
+    assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+}
+
+/// A stream request answered with the whole answer: the client gets the stream the API
+/// would have sent, holding the same answer as the upstream's, labelled `x-rebound-retold:
+/// stream`, after one attempt.
+#[tokio::test]
+async fn a_whole_answer_to_a_stream_request_is_told_as_its_stream() {
+    for ((api, path, body), (_, _, whole)) in requests(true).into_iter().zip(requests(false)) {
+        // Its own upstream: a Responses id counts the attempts of its key.
+        let upstream = chaos("unstreamed").await;
+        let g = gateway(SIMPLE, &upstream).await;
+        let reply = g.post(path, &body).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        assert_eq!(reply.header("content-type"), "text/event-stream", "{path}");
+        assert_eq!(reply.header("x-rebound-retold"), "stream", "{path}");
+        assert_eq!(reply.header("x-rebound-attempts"), "1", "{path}");
+        let whole = direct(path, &whole).await;
+        assert_eq!(
+            timeless(gathered(api, &reply.body)),
+            timeless(json(&whole)),
+            "{path}"
+        );
+        assert_eq!(upstream.attempts("default"), 1, "{path}");
+        retold_once(&g, api, "stream").await;
+        for line in attempt_lines(&g, "oa")
+            .iter()
+            .chain(&attempt_lines(&g, "an"))
+        {
+            assert!(!line.contains("provider_config"), "{line}");
+        }
+    }
+}
+
+/// A request that does not stream answered with an event stream: the client gets the whole
+/// answer the API would have sent, the same as the stream held, labelled `x-rebound-retold:
+/// whole`, after one attempt.
+#[tokio::test]
+async fn a_stream_to_a_whole_request_is_gathered_into_its_answer() {
+    for ((api, path, body), (_, _, streaming)) in requests(false).into_iter().zip(requests(true)) {
+        let upstream = chaos("streamed").await;
+        let g = gateway(SIMPLE, &upstream).await;
+        let reply = g.post(path, &body).await;
+        assert_eq!(reply.status, 200, "{path}: {}", reply.text());
+        assert_eq!(reply.header("content-type"), "application/json", "{path}");
+        assert_eq!(reply.header("x-rebound-retold"), "whole", "{path}");
+        assert_eq!(reply.header("x-rebound-attempts"), "1", "{path}");
+        let stream = direct(path, &streaming).await;
+        assert_eq!(
+            timeless(json(&reply.body)),
+            timeless(gathered(api, &stream)),
+            "{path}"
+        );
+        // And it is what the upstream answers whole when it does not stream, but for a Chat
+        // Completions answer's usage, which a stream holds only when the request asked.
+        let whole = json(&direct(path, &body).await);
+        let usage = if api == Api::ChatCompletions {
+            &["usage"][..]
+        } else {
+            &[]
+        };
+        assert_eq!(
+            without(timeless(json(&reply.body)), usage),
+            without(timeless(whole), usage),
+            "{path}"
+        );
+        assert_eq!(upstream.attempts("default"), 1, "{path}");
+        retold_once(&g, api, "whole").await;
+    }
+}
