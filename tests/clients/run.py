@@ -4,8 +4,9 @@ the OpenAI Agents SDK and the official Python SDKs, each installed at a pinned v
 every URL on loopback.
 
 Each client runs clean and under faults scripted in chaos: a 429 with `retry-after`, an
-overload right after the stream's preamble, a stream cut before content, exhaustion, and (Claude
-Code and Codex CLI) a network's sign-in page in place of the API. A
+overload right after the stream's preamble, a stream cut before content, exhaustion, a server
+that answers in the other form (the whole answer to a stream request, a stream to one that does
+not stream), and (Claude Code and Codex CLI) a network's sign-in page in place of the API. A
 check asserts what the client printed and chaos's exact attempt count for the check's key, and
 that the client did not retry on top of rebound (G10, B5). rebound's budget here is 2 retries
 per class, so an always-failing upstream is asked exactly 3 times. Two routes reach chaos through
@@ -476,6 +477,9 @@ def all_checks(clients):
     # A web page in place of the API's answer (a network's sign-in page): one attempt, then one
     # 502 that names the page, which the client does not retry.
     check("claude-code sign-in page 502", cc, many("page"), claude_failed(502), 1)
+    # A server that does not stream answers the stream request with the whole answer: told as
+    # the stream Anthropic would have sent, it is the client's answer on the first attempt.
+    check("claude-code server that does not stream", cc, many("unstreamed"), claude_ok, 1)
     check("claude-code exhausted 529", cc, many("529"), claude_failed(529), BUDGET + 1)
     check("claude-code exhausted 500", cc, many("500"), claude_failed(500), BUDGET + 1)
     check("claude-code exhausted 429", cc, many("429"), claude_failed(429), BUDGET + 1)
@@ -523,6 +527,7 @@ def all_checks(clients):
     check("codex overload after preamble", cx, "error-after-0:overloaded_error, ok", codex_ok, 2)
     check("codex cut before content", cx, "cut-after-0-chunks, ok", codex_ok, 2)
     check("codex sign-in page 502", cx, many("page"), codex_failed(502), 1)
+    check("codex server that does not stream", cx, many("unstreamed"), codex_ok, 1)
     check("codex exhausted 503", cx, many("503"), codex_failed(503), BUDGET + 1)
     # At Codex's defaults: a 429 give-up stops it, a 5xx one does not (4 request retries, each
     # of 5 stream reconnects: 30 runs of rebound's loop).
@@ -535,11 +540,15 @@ def all_checks(clients):
     check("agents-sdk 429 retry-after", ag, "429+retry-after:1, ok", sdk_ok, 2)
     check("agents-sdk overload after preamble", ag, "error-after-0:overloaded_error, ok", sdk_ok, 2)
     check("agents-sdk cut before content", ag, "cut-after-0-chunks, ok", sdk_ok, 2)
+    check("agents-sdk server that does not stream", ag, many("unstreamed"), sdk_ok, 1)
     check("agents-sdk exhausted 503", ag, many("503"), sdk_failed(503), BUDGET + 1)
     check("agents-sdk exhausted 429", ag, many("429"), sdk_failed(429), BUDGET + 1)
 
     oa = lambda key: official_sdk(clients, "openai", key)  # noqa: E731
     an = lambda key: official_sdk(clients, "anthropic", key)  # noqa: E731
+    # A server that streams whatever it is asked: the stream, gathered into the whole answer
+    # OpenAI would have sent, is the SDK's answer on the first attempt.
+    check("openai-python server that streams", oa, many("streamed"), sdk_ok, 1)
     check("openai-python exhausted 503", oa, many("503"), sdk_failed(503), BUDGET + 1)
     check("openai-python exhausted 502", oa, many("502"), sdk_failed(502), BUDGET + 1)
     check("anthropic-python exhausted 529", an, many("529"), sdk_failed(529), BUDGET + 1)
