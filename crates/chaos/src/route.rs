@@ -337,7 +337,10 @@ impl Counted<'_> {
             );
             seen = Some(created);
         }
-        if !streaming || taken.fault == Some(Step::Unstreamed) {
+        if let Some(Step::Unstreamed(generating)) = taken.fault.as_ref().filter(|_| streaming) {
+            tokio::time::sleep(*generating).await;
+        }
+        if !streaming || matches!(taken.fault, Some(Step::Unstreamed(_))) {
             let body = match (background, seen) {
                 (true, Some(queued)) => queued,
                 _ => body,

@@ -34,9 +34,10 @@ pub enum Step {
     /// API's answer: a base URL that names a website, or a captive portal.
     Page,
     /// Answer a stream request with the whole answer as one JSON body
-    /// (`application/json`), as a server that does not stream does; a request that does not
-    /// stream is answered as usual.
-    Unstreamed,
+    /// (`application/json`), as a server that does not stream does, after this long (the
+    /// generation it sends nothing during); a request that does not stream is answered as
+    /// usual: `unstreamed[:MS]`.
+    Unstreamed(Duration),
     /// Answer a request that does not stream with an event stream, as a server that streams
     /// whatever it is asked does; a stream request is answered as usual.
     Streamed,
@@ -231,12 +232,15 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         "thinking-only" => return Ok(Step::ThinkingOnly),
         "no-done" => return Ok(Step::NoDone),
         "page" => return Ok(Step::Page),
-        "unstreamed" => return Ok(Step::Unstreamed),
+        "unstreamed" => return Ok(Step::Unstreamed(Duration::ZERO)),
         "streamed" => return Ok(Step::Streamed),
         _ => {}
     }
     if let Some(ms) = step.strip_prefix("stall:") {
         return parse_ms(ms).map(Step::Stall);
+    }
+    if let Some(ms) = step.strip_prefix("unstreamed:") {
+        return parse_ms(ms).map(Step::Unstreamed);
     }
     if let Some(ms) = step.strip_prefix("down:") {
         return parse_ms(ms).map(Step::Down);
@@ -265,7 +269,7 @@ fn parse_reply(step: &str) -> Result<Step, String> {
         return parse_count(rest).map(Step::MalformedEventAt);
     }
     Err(
-        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done, thinking-only, page, unstreamed or streamed"
+        "expected ok, reset, stall[:MS], down:MS, a 4xx/5xx status, context, cut-after-N, stall-after-N[:MS], error-after-N[:TYPE], error-event-after-N[:TYPE], malformed-after-N, malformed-event-at-N, no-done, thinking-only, page, unstreamed[:MS] or streamed"
             .to_owned(),
     )
 }
@@ -341,7 +345,8 @@ impl fmt::Display for Step {
             }
             Step::Reset => f.write_str("reset"),
             Step::Page => f.write_str("page"),
-            Step::Unstreamed => f.write_str("unstreamed"),
+            Step::Unstreamed(d) if d.is_zero() => f.write_str("unstreamed"),
+            Step::Unstreamed(d) => write!(f, "unstreamed:{}", d.as_millis()),
             Step::Streamed => f.write_str("streamed"),
             Step::Stall(d) => write!(f, "stall:{}", d.as_millis()),
             Step::Down(d) => write!(f, "down:{}", d.as_millis()),
@@ -434,7 +439,17 @@ mod tests {
         );
         assert_eq!(parse_step("no-done"), Ok(Step::NoDone));
         assert_eq!(parse_step("page"), Ok(Step::Page));
-        assert_eq!(parse_step("unstreamed"), Ok(Step::Unstreamed));
+        assert_eq!(
+            parse_step("unstreamed"),
+            Ok(Step::Unstreamed(Duration::ZERO))
+        );
+        assert_eq!(
+            parse_step("unstreamed:1500"),
+            Ok(Step::Unstreamed(Duration::from_millis(1500)))
+        );
+        for step in ["unstreamed", "unstreamed:1500"] {
+            assert_eq!(parse_step(step).unwrap().to_string(), step);
+        }
         assert_eq!(parse_step("streamed"), Ok(Step::Streamed));
         assert_eq!(
             parse_step("down:5000"),
