@@ -55,6 +55,7 @@ pub mod server;
 pub mod shape;
 pub mod state;
 mod status;
+mod unstreamed;
 
 pub use config::{
     Config, ConfigError, DEFAULT_CONFIG, Env, Overrides, ProcessEnv, load, load_with,

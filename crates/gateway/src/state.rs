@@ -15,6 +15,7 @@ use crate::peers::Outbox;
 use crate::responses::Homes;
 use crate::runs::ledger::Runs;
 use crate::status::Status;
+use crate::unstreamed::Unstreamed;
 
 /// Everything a request needs, shared.
 pub struct Gateway {
@@ -30,6 +31,8 @@ pub struct Gateway {
     pub(crate) outbox: Arc<Outbox>,
     /// What the status page shows beyond the health ledger and the jobs: waits, failures.
     pub(crate) status: Arc<Status>,
+    /// The candidates that answer stream requests whole.
+    pub(crate) unstreamed: Unstreamed,
 }
 
 impl Gateway {
@@ -63,6 +66,7 @@ impl Gateway {
             responses: Homes::default(),
             outbox,
             status: Arc::default(),
+            unstreamed: Unstreamed::default(),
         }
     }
 

@@ -80,7 +80,8 @@ pub(super) async fn attempt(
     };
     // The candidate's own timeouts over the client's (S5).
     let timeouts = candidate.timeouts.resolve(gateway.client.timeouts());
-    let first_byte = if request.stream {
+    // A candidate that answers stream requests whole sends its headers with the whole answer.
+    let first_byte = if request.stream && !gateway.unstreamed.knows(&candidate.id) {
         timeouts.stream_first_byte
     } else {
         timeouts.first_byte
@@ -213,6 +214,16 @@ pub(super) async fn attempt(
     let attempt = Box::pin(relay(&mut relay_state, limits, &mut body, down)).await;
     if relay_state.retold {
         gateway.metrics.retold(&candidate.id, "stream");
+    }
+    // What the candidate does with stream requests, learned from this one (`unstreamed.rs`).
+    let (retold, candidate) = (relay_state.retold, candidate.id.as_str());
+    if (retold || relay_state.evented()) && gateway.unstreamed.answered(candidate, retold) {
+        let event = if retold {
+            "candidate_answers_streams_whole"
+        } else {
+            "candidate_streams_again"
+        };
+        tracing::info!(event, candidate);
     }
     attempt
 }

@@ -131,3 +131,80 @@ async fn a_stream_to_a_whole_request_is_gathered_into_its_answer() {
         retold_once(&g, api, "whole").await;
     }
 }
+
+/// `primary`, whose stream headers must come within 200 ms, then `fallback`.
+fn impatient(primary: &rebound_chaos::Chaos, fallback: &rebound_chaos::Chaos) -> String {
+    crate::primary_then_fallback(
+        primary,
+        fallback,
+        "timeouts = { stream_first_byte_ms = 200 }",
+    )
+}
+
+/// A server that does not stream sends its headers only with the whole answer. Once a
+/// candidate has answered a stream request whole, its stream requests wait for headers as long
+/// as a whole request does (`first_byte_ms`): a 1 s generation is its answer, where it had been
+/// abandoned at the stream's 200 ms for the fallback (as it still is on a gateway that has not
+/// learned it).
+#[tokio::test]
+async fn a_candidate_that_answered_a_stream_whole_is_waited_for_as_a_whole_answer() {
+    let body = crate::openai_body(true);
+    let primary = chaos("unstreamed, unstreamed:1000").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(&impatient(&primary, &fallback), &primary).await;
+    for _ in 0..2 {
+        let reply = g.post("/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-rebound-candidate"), "primary");
+        assert_eq!(reply.header("x-rebound-retold"), "stream");
+    }
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (2, 0)
+    );
+    assert!(
+        g.log
+            .lines()
+            .iter()
+            .any(|l| l.contains("candidate_answers_streams_whole") && l.contains("primary")),
+        "{:?}",
+        g.log.lines()
+    );
+
+    // Not yet learned: the stream's own timeout abandons the generation.
+    let primary = chaos("unstreamed:1000").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(&impatient(&primary, &fallback), &primary).await;
+    let reply = g.post("/v1/chat/completions", &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (1, 1)
+    );
+}
+
+/// A candidate that streams again is waited for as a stream again.
+#[tokio::test]
+async fn a_candidate_that_streams_again_is_waited_for_as_a_stream_again() {
+    let body = crate::openai_body(true);
+    let primary = chaos("unstreamed, ok, unstreamed:1000").await;
+    let fallback = chaos("ok").await;
+    let g = gateway(&impatient(&primary, &fallback), &primary).await;
+    for candidate in ["primary", "primary", "fallback"] {
+        let reply = g.post("/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-rebound-candidate"), candidate);
+    }
+    assert_eq!(
+        (primary.attempts("default"), fallback.attempts("default")),
+        (3, 1)
+    );
+    assert!(
+        g.log
+            .lines()
+            .iter()
+            .any(|l| l.contains("candidate_streams_again")),
+        "{:?}",
+        g.log.lines()
+    );
+}

@@ -195,6 +195,11 @@ impl Relay {
         }
     }
 
+    /// Whether an SSE event came: the upstream streamed.
+    pub(super) fn evented(&self) -> bool {
+        self.evented && !self.retold
+    }
+
     fn phase(&self) -> Phase {
         if self.content_seen {
             Phase::Stream
