@@ -115,23 +115,25 @@ impl Telling {
                     self.part(&at, j, part);
                 }
             }
-            "function_call" => {
-                let arguments = text(item, "arguments");
-                if !arguments.is_empty() {
-                    let delta = with(json!({"delta": arguments}));
-                    self.event("response.function_call_arguments.delta", delta);
+            "function_call" | "custom_tool_call" => {
+                // A function's arguments, or a custom tool's free-form input.
+                let (field, delta_kind, done_kind) = match kind {
+                    "function_call" => (
+                        "arguments",
+                        "response.function_call_arguments.delta",
+                        "response.function_call_arguments.done",
+                    ),
+                    _ => (
+                        "input",
+                        "response.custom_tool_call_input.delta",
+                        "response.custom_tool_call_input.done",
+                    ),
+                };
+                let said = text(item, field);
+                if !said.is_empty() {
+                    self.event(delta_kind, with(json!({"delta": said})));
                 }
-                let done = with(json!({"arguments": arguments}));
-                self.event("response.function_call_arguments.done", done);
-            }
-            "custom_tool_call" => {
-                let input = text(item, "input");
-                if !input.is_empty() {
-                    let delta = with(json!({"delta": input}));
-                    self.event("response.custom_tool_call_input.delta", delta);
-                }
-                let done = with(json!({"input": input}));
-                self.event("response.custom_tool_call_input.done", done);
+                self.event(done_kind, with(json!({ field: said })));
             }
             "reasoning" => {
                 let summary = item.get("summary").and_then(Value::as_array);
