@@ -60,6 +60,43 @@ fn transport_failure(candidate: &Candidate, failure_: TransportFailure) -> Attem
     failure(evidence, false, false, Detail::default())
 }
 
+/// A whole stream where one body was due (the upstream streams whatever it is asked): the
+/// answer the API would have sent whole, gathered from it and labelled so; or the attempt's
+/// end, for the stream's own error or a stream cut short; `Ok(None)` for no stream of the API.
+fn gathered(
+    request: &LiveRequest,
+    candidate: &Candidate,
+    status: http::StatusCode,
+    headers: &mut http::HeaderMap,
+    stream: &[u8],
+) -> Result<Option<Bytes>, Box<Attempt>> {
+    match form::as_whole(request.api, stream) {
+        Some(Gathered::Answer(answer)) => {
+            let json = HeaderValue::from_static("application/json");
+            headers.insert(header::CONTENT_TYPE, json);
+            headers.insert(RETOLD, HeaderValue::from_static("whole"));
+            request.gateway.metrics.retold(&candidate.id, "whole");
+            Ok(Some(answer))
+        }
+        Some(Gathered::Error { kind, data }) => {
+            let evidence = rebound_core::Evidence {
+                sse_event: Some(kind),
+                body: Some(data),
+                ..response_evidence(&candidate.provider, status, headers, b"")
+            };
+            Err(Box::new(failure(evidence, false, false, Detail::default())))
+        }
+        Some(Gathered::Cut) => Err(Box::new(transport_failure(
+            candidate,
+            TransportFailure {
+                kind: TransportKind::Truncated,
+                message: form::CUT.into(),
+            },
+        ))),
+        None => Ok(None),
+    }
+}
+
 /// Attempt number `attempts` of `request` to `candidate`; a success goes to the client.
 pub(super) async fn attempt(
     request: &LiveRequest,
@@ -134,33 +171,11 @@ pub(super) async fn attempt(
                 Err(Some(failure)) => return transport_failure(candidate, failure),
             };
         let json = |bytes: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
-        // A whole stream where one body was due (the upstream streams whatever it is asked):
-        // its answer gathered as the API would have sent it whole, or its own error.
         if !json(&bytes) {
-            match form::as_whole(request.api, &bytes) {
-                Some(Gathered::Answer(answer)) => {
-                    bytes = answer;
-                    let json = HeaderValue::from_static("application/json");
-                    headers.insert(header::CONTENT_TYPE, json);
-                    headers.insert(RETOLD, HeaderValue::from_static("whole"));
-                    gateway.metrics.retold(&candidate.id, "whole");
-                }
-                Some(Gathered::Error { kind, data }) => {
-                    let evidence = rebound_core::Evidence {
-                        sse_event: Some(kind),
-                        body: Some(data),
-                        ..response_evidence(&candidate.provider, status, &headers, b"")
-                    };
-                    return failure(evidence, false, false, Detail::default());
-                }
-                Some(Gathered::Cut) => {
-                    let failure = TransportFailure {
-                        kind: TransportKind::Truncated,
-                        message: form::CUT.into(),
-                    };
-                    return transport_failure(candidate, failure);
-                }
-                None => {}
+            match gathered(request, candidate, status, &mut headers, &bytes) {
+                Ok(Some(answer)) => bytes = answer,
+                Ok(None) => {}
+                Err(attempt) => return *attempt,
             }
         }
         // A success that is not JSON is a broken answer, not an answer: it has not reached
@@ -230,7 +245,8 @@ pub(super) async fn attempt(
 
 #[cfg(test)]
 mod tests {
-    //! A whole Responses answer that says it failed (`status: "failed"` in an HTTP 200).
+    //! A whole Responses answer that says it failed (`status: "failed"` in an HTTP 200), and a
+    //! whole stream where the answer was due.
 
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -325,6 +341,41 @@ mod tests {
         let (head, head_rx) = tokio::sync::oneshot::channel();
         run(request, head, None).await;
         (head_rx.await.unwrap(), count.load(Ordering::SeqCst))
+    }
+
+    const STREAM_CREATED: &str = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_3\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n";
+    const STREAM_COMPLETED: &str = "event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":1,\"response\":{\"id\":\"resp_3\",\"object\":\"response\",\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hi\"}]}]}}\n\n";
+    const STREAM_ERROR: &str = "event: error\ndata: {\"type\":\"error\",\"code\":\"server_error\",\"message\":\"The server had an error\",\"sequence_number\":1}\n\n";
+
+    /// A request that does not stream, answered with a whole stream: gathered into the
+    /// response its last event holds, on the first attempt.
+    #[tokio::test]
+    async fn a_whole_stream_is_gathered_into_its_answer() {
+        let stream = format!("{STREAM_CREATED}{STREAM_COMPLETED}").leak();
+        let (head, attempts) = answer(Vec::leak(vec![&*stream])).await;
+        assert_eq!((head.status, attempts), (StatusCode::OK, 1));
+        assert_eq!(head.headers["x-rebound-retold"], "whole");
+        assert_eq!(head.headers["content-type"], "application/json");
+        let body: serde_json::Value = serde_json::from_slice(&head.body.unwrap()).unwrap();
+        assert_eq!(
+            (&body["id"], &body["status"]),
+            (&"resp_3".into(), &"completed".into())
+        );
+    }
+
+    /// Such a stream that ends in its own error event is that error (a server error: retried),
+    /// and one cut before its end a cut answer (retried): the next attempt's answer is the
+    /// client's.
+    #[tokio::test]
+    async fn a_whole_stream_that_failed_or_was_cut_is_retried() {
+        for first in [
+            format!("{STREAM_CREATED}{STREAM_ERROR}"),
+            STREAM_CREATED.to_owned(),
+        ] {
+            let (head, attempts) = answer(Vec::leak(vec![&*first.leak(), COMPLETED])).await;
+            assert_eq!((head.status, attempts), (StatusCode::OK, 2));
+            assert_eq!(head.body.as_deref(), Some(COMPLETED.as_bytes()));
+        }
     }
 
     #[tokio::test]
