@@ -1,6 +1,7 @@
 //! Reading a successful answer into one [`ModelResponse`]: a whole body, or a stream whose
 //! text goes to the caller as it comes (the commit point is its first content event).
 
+use bytes::Bytes;
 use http::StatusCode;
 use http::response::Parts;
 use http_body_util::BodyExt;
@@ -54,35 +55,11 @@ pub(crate) async fn read_complete(
             };
         }
     };
-    // A whole stream where one body was due (the upstream streams whatever it is asked): its
-    // answer gathered as the API would have sent it whole, or its own error.
-    let bytes = match form::as_whole(provider.api, &bytes) {
-        None => bytes,
-        Some(Gathered::Answer(answer)) => answer,
-        Some(Gathered::Error { kind, data }) => {
-            let evidence = Evidence {
-                sse_event: Some(kind),
-                body: Some(data),
-                ..crate::attempt::response_evidence(
-                    &provider.name,
-                    parts.status,
-                    &parts.headers,
-                    b"",
-                )
-            };
+    let bytes = match gathered(provider, parts, bytes) {
+        Ok(bytes) => bytes,
+        Err(evidence) => {
             return Read::Failed {
-                evidence,
-                delivered: false,
-            };
-        }
-        Some(Gathered::Cut) => {
-            return Read::Failed {
-                evidence: broken(
-                    provider,
-                    TransportKind::Truncated,
-                    form::CUT.into(),
-                    Phase::Setup,
-                ),
+                evidence: *evidence,
                 delivered: false,
             };
         }
@@ -133,6 +110,33 @@ pub(crate) async fn read_complete(
             delivered: false,
         },
     }
+}
+
+/// A whole stream where one body was due (the upstream streams whatever it is asked): the
+/// answer the API would have sent whole, gathered from it; or the evidence the attempt ends
+/// with, for the stream's own error or a stream cut short. A body that starts as JSON, or is no stream of the
+/// API, is kept as it came.
+fn gathered(provider: &Provider, parts: &Parts, bytes: Bytes) -> Result<Bytes, Box<Evidence>> {
+    let start = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if matches!(start, Some(b'{' | b'[')) {
+        return Ok(bytes);
+    }
+    let evidence = match form::as_whole(provider.api, &bytes) {
+        None => return Ok(bytes),
+        Some(Gathered::Answer(answer)) => return Ok(answer),
+        Some(Gathered::Error { kind, data }) => Evidence {
+            sse_event: Some(kind),
+            body: Some(data),
+            ..crate::attempt::response_evidence(&provider.name, parts.status, &parts.headers, b"")
+        },
+        Some(Gathered::Cut) => broken(
+            provider,
+            TransportKind::Truncated,
+            form::CUT.into(),
+            Phase::Setup,
+        ),
+    };
+    Err(Box::new(evidence))
 }
 
 /// Reads a stream, sending its text to `sink` as it comes.
