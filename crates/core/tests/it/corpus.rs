@@ -54,21 +54,21 @@ pub(crate) struct Item {
 
 /// The figures of one set of items.
 #[derive(Default)]
-struct Figures {
-    items: usize,
-    retryable: usize,
-    retryable_right: usize,
-    unsafe_retryable: usize,
-    unclassified: usize,
+pub(crate) struct Figures {
+    pub(crate) items: usize,
+    pub(crate) retryable: usize,
+    pub(crate) retryable_right: usize,
+    pub(crate) unsafe_retryable: usize,
+    pub(crate) unclassified: usize,
     /// Retryable items missed because no rule decided them: they fail closed.
-    retryable_unclassified: usize,
-    exact: usize,
+    pub(crate) retryable_unclassified: usize,
+    pub(crate) exact: usize,
     misses: Vec<String>,
 }
 
 impl Figures {
     #[expect(clippy::print_stdout, reason = "the figures are this test's report")]
-    fn print(&self, name: &str) {
+    pub(crate) fn print(&self, name: &str) {
         let recall = if self.retryable == 0 {
             1.0
         } else {

@@ -16,6 +16,7 @@ use rebound_core::Catalogue;
 
 mod corpus;
 mod fixtures;
+mod independent;
 mod properties;
 mod reprints;
 mod rests;
