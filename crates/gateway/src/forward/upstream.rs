@@ -227,12 +227,12 @@ pub(super) async fn attempt(
         first_content: timeouts.first_content,
     };
     let attempt = Box::pin(relay(&mut relay_state, limits, &mut body, down)).await;
-    if relay_state.retold {
-        gateway.metrics.retold(&candidate.id, "stream");
+    let (retold, candidate) = (relay_state.retold(), candidate.id.as_str());
+    if retold {
+        gateway.metrics.retold(candidate, "stream");
     }
     // What the candidate does with stream requests, learned from this one (`unstreamed.rs`).
-    let (retold, candidate) = (relay_state.retold, candidate.id.as_str());
-    if (retold || relay_state.evented()) && gateway.unstreamed.answered(candidate, retold) {
+    if (retold || relay_state.streamed()) && gateway.unstreamed.answered(candidate, retold) {
         let event = if retold {
             "candidate_answers_streams_whole"
         } else {

@@ -153,7 +153,7 @@ pub(super) struct Relay {
     /// The request's body: a whole answer told as a stream tells usage if it asked for it.
     request: Bytes,
     /// The upstream's whole answer was told as a stream.
-    pub(super) retold: bool,
+    retold: bool,
 }
 
 /// What one chunk asks for, in order: commit the response, send bytes, end the attempt.
@@ -195,9 +195,14 @@ impl Relay {
         }
     }
 
-    /// Whether an SSE event came: the upstream streamed.
-    pub(super) fn evented(&self) -> bool {
+    /// Whether the upstream streamed: an SSE event of its own came.
+    pub(super) fn streamed(&self) -> bool {
         self.evented && !self.retold
+    }
+
+    /// Whether the upstream's whole answer was told as a stream.
+    pub(super) fn retold(&self) -> bool {
+        self.retold
     }
 
     fn phase(&self) -> Phase {
@@ -332,20 +337,22 @@ impl Relay {
     /// a choice's finish reason, every byte it sent forwarded; otherwise cut short.
     fn body_ended(&mut self) -> Step {
         let mut step = Step::default();
-        // No event at all: a body in another format (one JSON body from a server that does
-        // not stream or writes its error so, a page), read for what it is, by its content
-        // rather than its content type, which some servers get wrong for a stream.
-        let unframed = (!self.evented && self.pending_base == 0)
+        // No event at all, every byte held: one JSON body or a page, told by its content rather
+        // than its content type, which some servers get wrong for a stream. The API's whole
+        // answer (a server that does not stream) is told as its stream; any other body is read
+        // for what it is (an error written as a body, a page).
+        let whole = !self.evented && self.pending_base == 0 && self.headers.is_some();
+        if self.finished {
+            self.complete(&mut step);
+        } else if let Some(stream) = whole.then(|| self.as_stream()).flatten() {
+            return self.tell_as_stream(&stream);
+        } else if let Some(evidence) = whole
             .then(|| {
                 let headers = self.headers.as_ref()?;
                 foreign::unframed(&self.provider, self.status, headers, &self.pending)
             })
-            .flatten();
-        if self.finished {
-            self.complete(&mut step);
-        } else if let Some(stream) = unframed.as_ref().and_then(|_| self.as_stream()) {
-            return self.tell_as_stream(&stream);
-        } else if let Some(evidence) = unframed {
+            .flatten()
+        {
             step.end = Some(Box::new(failure(
                 evidence,
                 false,
