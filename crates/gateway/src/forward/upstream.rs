@@ -170,10 +170,12 @@ pub(super) async fn attempt(
                 Err(None) => return Attempted::Ended,
                 Err(Some(failure)) => return transport_failure(candidate, failure),
             };
-        let json = |bytes: &[u8]| serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok();
-        if !json(&bytes) {
+        // Parsed once: every whole answer passes here.
+        let mut json = serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok();
+        if !json {
             match gathered(request, candidate, status, &mut headers, &bytes) {
-                Ok(Some(answer)) => bytes = answer,
+                // Written as JSON by the gathering.
+                Ok(Some(answer)) => (bytes, json) = (answer, true),
                 Ok(None) => {}
                 Err(attempt) => return *attempt,
             }
@@ -181,7 +183,7 @@ pub(super) async fn attempt(
         // A success that is not JSON is a broken answer, not an answer: it has not reached
         // the client yet, so it is retried like a cut body; a web page or another API's event
         // stream is said to be one (the base URL names no API, or another).
-        if !json(&bytes) {
+        if !json {
             let message = foreign::not_json_message(status, &headers, &bytes, "the API's JSON");
             let failure = TransportFailure {
                 kind: TransportKind::BodyDecode,
