@@ -113,8 +113,11 @@ pub(crate) fn is_retryable(class: Option<Class>) -> bool {
     matches!(class, Some(Class::RateLimit | Class::Transient))
 }
 
-pub(crate) fn items() -> Vec<Item> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../catalogue/corpus");
+/// The TOML files of a folder of `catalogue/`, in name order: each file's stem and text.
+pub(crate) fn toml_files(folder: &str) -> Vec<(String, String)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../catalogue")
+        .join(folder);
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -123,11 +126,19 @@ pub(crate) fn items() -> Vec<Item> {
     paths.sort();
     paths
         .iter()
-        .flat_map(|path| {
-            let text = std::fs::read_to_string(path).unwrap();
+        .map(|path| {
+            let stem = path.file_stem().unwrap().to_string_lossy().into_owned();
+            (stem, std::fs::read_to_string(path).unwrap())
+        })
+        .collect()
+}
+
+pub(crate) fn items() -> Vec<Item> {
+    toml_files("corpus")
+        .into_iter()
+        .flat_map(|(batch, text)| {
             let file: CorpusFile =
-                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let batch = path.file_stem().unwrap().to_string_lossy().into_owned();
+                toml::from_str(&text).unwrap_or_else(|e| panic!("corpus/{batch}.toml: {e}"));
             file.item.into_iter().map(move |mut item| {
                 item.batch.clone_from(&batch);
                 item

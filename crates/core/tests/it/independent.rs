@@ -9,12 +9,11 @@
 //! what mended it), on a thread taken twice, and on a `read` mark that does not say why.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
 
 use rebound_core::{Class, Evidence};
 use serde::Deserialize;
 
-use crate::corpus::{Figures, is_retryable};
+use crate::corpus::{Figures, is_retryable, toml_files};
 use crate::{CATALOGUE, now};
 
 #[derive(Deserialize)]
@@ -43,20 +42,11 @@ struct Entry {
 
 /// Every set, by file name.
 fn sets() -> Vec<(String, Vec<Entry>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../catalogue/independent");
-    let mut paths: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    paths.sort();
-    paths
-        .iter()
-        .map(|path| {
-            let text = std::fs::read_to_string(path).unwrap();
+    toml_files("independent")
+        .into_iter()
+        .map(|(name, text)| {
             let file: SetFile =
-                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+                toml::from_str(&text).unwrap_or_else(|e| panic!("independent/{name}.toml: {e}"));
             (name, file.item)
         })
         .collect()
