@@ -56,17 +56,31 @@ pub(crate) struct Item {
 #[derive(Default)]
 pub(crate) struct Figures {
     pub(crate) items: usize,
-    pub(crate) retryable: usize,
-    pub(crate) retryable_right: usize,
+    retryable: usize,
+    retryable_right: usize,
     pub(crate) unsafe_retryable: usize,
-    pub(crate) unclassified: usize,
+    unclassified: usize,
     /// Retryable items missed because no rule decided them: they fail closed.
-    pub(crate) retryable_unclassified: usize,
-    pub(crate) exact: usize,
+    retryable_unclassified: usize,
+    exact: usize,
     misses: Vec<String>,
 }
 
 impl Figures {
+    /// Counts one item labelled `expected`, classified `got`, exactly (class and code) or not.
+    pub(crate) fn count(&mut self, expected: Class, got: Option<Class>, exact: bool) {
+        self.items += 1;
+        self.unclassified += usize::from(got.is_none());
+        self.exact += usize::from(exact);
+        if is_retryable(Some(expected)) {
+            self.retryable += 1;
+            self.retryable_right += usize::from(got == Some(expected));
+            self.retryable_unclassified += usize::from(got.is_none());
+        } else if is_retryable(got) {
+            self.unsafe_retryable += 1;
+        }
+    }
+
     #[expect(clippy::print_stdout, reason = "the figures are this test's report")]
     pub(crate) fn print(&self, name: &str) {
         let recall = if self.retryable == 0 {
@@ -247,19 +261,8 @@ fn corpus_figures() {
         .into_iter()
         .flatten()
         {
-            figures.items += 1;
-            if got.class().is_none() {
-                figures.unclassified += 1;
-            }
-            if is_retryable(Some(expected)) {
-                figures.retryable += 1;
-                figures.retryable_right += usize::from(class == Some(expected));
-                figures.retryable_unclassified += usize::from(class.is_none());
-            } else if is_retryable(class) {
-                figures.unsafe_retryable += 1;
-            }
             let exact = item.read_exactly_by(&got);
-            figures.exact += usize::from(exact);
+            figures.count(expected, class, exact);
             // What the test expects: the label read exactly, or no reading at all for a text
             // the catalogue leaves unread on purpose.
             let as_expected = match &item.unread {

@@ -13,7 +13,7 @@ use std::collections::HashSet;
 use rebound_core::{Class, Evidence};
 use serde::Deserialize;
 
-use crate::corpus::{Figures, is_retryable, toml_files};
+use crate::corpus::{Figures, toml_files};
 use crate::{CATALOGUE, now};
 
 #[derive(Deserialize)]
@@ -85,18 +85,8 @@ fn independent_set_figures() {
             let class = got.class();
             let exact = class == Some(expected)
                 && got.code.as_ref().map(|c| c.as_str()) == Some(entry.code.as_str());
-            for figures in [&mut all, &mut set] {
-                figures.items += 1;
-                figures.unclassified += usize::from(class.is_none());
-                figures.exact += usize::from(exact);
-                if is_retryable(Some(expected)) {
-                    figures.retryable += 1;
-                    figures.retryable_right += usize::from(class == Some(expected));
-                    figures.retryable_unclassified += usize::from(class.is_none());
-                } else if is_retryable(class) {
-                    figures.unsafe_retryable += 1;
-                }
-            }
+            all.count(expected, class, exact);
+            set.count(expected, class, exact);
         }
         set.print(&format!("  {name}"));
     }
