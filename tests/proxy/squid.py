@@ -109,7 +109,7 @@ def squid_config():
     hosts = write("hosts", "127.0.0.1 provider.test\n")
     for log in ("access.log", "cache.log"):
         write(log, "", 0o666)
-    helper = "/usr/lib/squid/basic_ncsa_auth"
+    auth_program = "/usr/lib/squid/basic_ncsa_auth"
     return write("squid.conf", f"""
 http_port 127.0.0.1:{SQUID}
 pid_filename none
@@ -120,7 +120,7 @@ hosts_file {hosts}
 pinger_enable off
 shutdown_lifetime 0 seconds
 coredump_dir {WORK}
-auth_param basic program {helper} {passwd}
+auth_param basic program {auth_program} {passwd}
 auth_param basic realm rebound-ci
 acl authed proxy_auth REQUIRED
 acl SSL_ports port 443 {TLS}
