@@ -25,12 +25,6 @@ fn media_type(headers: &HeaderMap) -> Option<&str> {
     Some(value.split(';').next()?.trim())
 }
 
-/// Whether a content type names a web page.
-fn page_type(headers: &HeaderMap) -> bool {
-    media_type(headers).is_some_and(|t| {
-        t.eq_ignore_ascii_case("text/html") || t.eq_ignore_ascii_case("application/xhtml+xml")
-    })
-}
 
 /// Whether a body's first bytes are markup (`<!DOCTYPE html>`, `<html>`, `<head>`), after
 /// any whitespace or byte-order mark.
@@ -51,12 +45,14 @@ fn starts_as_html(body: &[u8]) -> bool {
 /// content type is read as the stream it should be; a body that then holds no event is told
 /// by [`unframed`].
 pub fn page_head(headers: &HeaderMap) -> bool {
-    page_type(headers)
+    media_type(headers).is_some_and(|t| {
+        t.eq_ignore_ascii_case("text/html") || t.eq_ignore_ascii_case("application/xhtml+xml")
+    })
 }
 
 /// Whether a whole (non-streaming) success that is not the protocol's JSON is a web page.
 pub fn is_page(headers: &HeaderMap, body: &[u8]) -> bool {
-    page_type(headers) || starts_as_html(body)
+    page_head(headers) || starts_as_html(body)
 }
 
 /// The longest page title quoted.

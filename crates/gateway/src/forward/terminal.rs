@@ -75,7 +75,7 @@ pub(super) async fn terminal(
     diagnostics: &Diagnostics,
     candidate: &Candidate,
     attempts: u32,
-    rested: bool,
+    resting: bool,
 ) {
     let protocol = request.api.protocol();
     let class = diagnostics.class;
@@ -92,7 +92,6 @@ pub(super) async fn terminal(
     // like the failure that set the rest, with the time left as `retry-after`. (Told by the
     // decision, not by the evidence's shape: one JSON body in place of a stream is evidence
     // with no status, transport or event either, and is no rest.)
-    let resting = rested;
     let (status, body) = match &detail.upstream_error {
         Some((status, body)) => (
             *status,
