@@ -16,7 +16,7 @@
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
-use crate::provider::{AnswerError, Api, StreamItem, parse_answer, read_event};
+use crate::provider::{AnswerError, Api, StreamItem, read_answer, read_event};
 use crate::sse::{SseEvent, SseFramer};
 
 mod chat;
@@ -55,12 +55,13 @@ impl Told {
 /// include_usage`). `None` when `body` is not a whole answer of the API with content or a tool
 /// call in it (a Responses answer that failed is told too, ending in its `response.failed`).
 pub fn as_stream(api: Api, body: &[u8], usage_asked: bool) -> Option<Bytes> {
-    match parse_answer(api, body) {
+    let value = serde_json::from_slice::<Value>(body).ok()?;
+    match read_answer(api, &value) {
         Ok(answer) if !answer.is_empty() => {}
         Err(AnswerError::Failed { .. }) => {}
         _ => return None,
     }
-    let Ok(Value::Object(answer)) = serde_json::from_slice::<Value>(body) else {
+    let Value::Object(answer) = value else {
         return None;
     };
     let told = match api {

@@ -230,10 +230,15 @@ impl Provider {
 /// Reads a whole (non-streaming) answer of an API.
 pub fn parse_answer(api: Api, body: &[u8]) -> Result<ModelResponse, AnswerError> {
     let value: Value = serde_json::from_slice(body).map_err(|_| AnswerError::NotJson)?;
+    read_answer(api, &value)
+}
+
+/// Reads a whole answer of an API that is already parsed.
+pub fn read_answer(api: Api, value: &Value) -> Result<ModelResponse, AnswerError> {
     match api {
-        Api::ChatCompletions => chat::answer(&value),
-        Api::Messages => messages::answer(&value),
-        Api::Responses => responses::answer(&value),
+        Api::ChatCompletions => chat::answer(value),
+        Api::Messages => messages::answer(value),
+        Api::Responses => responses::answer(value),
     }
 }
 
