@@ -25,7 +25,6 @@ fn media_type(headers: &HeaderMap) -> Option<&str> {
     Some(value.split(';').next()?.trim())
 }
 
-
 /// Whether a body's first bytes are markup (`<!DOCTYPE html>`, `<html>`, `<head>`), after
 /// any whitespace or byte-order mark.
 fn starts_as_html(body: &[u8]) -> bool {
