@@ -21,7 +21,6 @@ Prints one line per check and closes with `N passed, M failed`; exits non-zero o
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,9 @@ import urllib.request
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import loopback  # noqa: E402
+from loopback import free_ports  # noqa: E402
 from install import InstallError, install  # noqa: E402
 import agent_run  # noqa: E402
 import proxy  # noqa: E402
@@ -44,18 +46,6 @@ REPLY = "Hello from rebound chaos. You said: hi"
 WORK = tempfile.mkdtemp(prefix="rebound-clients-")
 
 
-def free_ports(n):
-    """n different free ports: each socket stays bound until all are chosen."""
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def start(args, name):
     log = open(os.path.join(WORK, f"{name}.log"), "w")
     env = dict(os.environ, XDG_DATA_HOME=os.path.join(WORK, "data"))
@@ -64,20 +54,7 @@ def start(args, name):
 
 
 def wait_for(port, proc, name):
-    for _ in range(200):
-        if proc.poll() is not None:
-            with open(os.path.join(WORK, f"{name}.log")) as log:
-                raise RuntimeError(f"{name} exited ({proc.returncode}) before it listened on "
-                                   f"127.0.0.1:{port}:\n{log.read()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as probe:
-                # A probe whose source port is the port it dials connects to itself.
-                if probe.getsockname() != probe.getpeername():
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on 127.0.0.1:{port}")
+    loopback.wait_for(port, proc, name, os.path.join(WORK, f"{name}.log"))
 
 
 CHAOS_PORT, GATEWAY_PORT, RESTING_PORT, PROXY_PORT = free_ports(4)

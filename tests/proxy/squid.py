@@ -30,6 +30,9 @@ import urllib.request
 
 import openai
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from loopback import free_ports, wait_for  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 REBOUND = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(REPO, "target", "debug", "rebound"))
@@ -41,30 +44,7 @@ WORK = tempfile.mkdtemp(prefix="rebound-squid-")
 os.chmod(WORK, 0o755)  # squid drops to its own user, which reads its files here
 
 
-def free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 CHAOS, TLS, TLS_FORBIDDEN, SQUID, GOOD, WRONG, NONE = free_ports(7)
-
-
-def wait_for(port, proc, name):
-    for _ in range(200):
-        if proc.poll() is not None:
-            raise RuntimeError(f"{name} exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{name}: nothing listens on {port}")
 
 
 def write(name, text, mode=0o644):
@@ -243,7 +223,7 @@ def main():
         log = open(os.path.join(WORK, f"{name}.log"), "w")
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
         procs.append(proc)
-        wait_for(port, proc, name)
+        wait_for(port, proc, name, os.path.join(WORK, f"{name}.log"))
 
     try:
         try:

@@ -9,7 +9,6 @@ import contextlib
 import datetime
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,13 +19,10 @@ import anthropic
 import openai
 from prometheus_client.parser import text_string_to_metric_families
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from loopback import free_ports, wait_for  # noqa: E402
+
 REBOUND = sys.argv[1] if len(sys.argv) > 1 else "target/debug/rebound"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 DATA = tempfile.mkdtemp(prefix="rebound-e2e-")  # the gateway's durable-routes database
@@ -39,20 +35,7 @@ def start(args, data=DATA):
     return proc
 
 
-def wait_for(port):
-    for _ in range(100):
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as probe:
-                # A probe whose source port is the port it dials connects to itself.
-                if probe.getsockname() != probe.getpeername():
-                    return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {port}")
-
-
-chaos_port, gateway_port = free_port(), free_port()
+chaos_port, gateway_port = free_ports(2)
 chaos = start(["chaos", "--listen", f"127.0.0.1:{chaos_port}", "--chunk-delay-ms", "0"])
 gateway = start([
     "serve", "--listen", f"127.0.0.1:{gateway_port}",
@@ -281,7 +264,7 @@ def metric(port, name):
 def own_gateway(openai_upstream):
     """A gateway of its own, whose OpenAI candidate is `openai_upstream`, for a check that
     leaves its candidate resting: its port while it runs."""
-    port = free_port()
+    [port] = free_ports(1)
     g = start([
         "serve", "--listen", f"127.0.0.1:{port}",
         "--openai-upstream", openai_upstream,
